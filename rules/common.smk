@@ -1,0 +1,158 @@
+import json
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+validate(config, schema="../config/schema.yaml")
+
+
+def check_config(config):
+    """Cross-key checks the JSON schema cannot express; each names the key at fault."""
+    if not config["model"]["build_tiny"] and not config["model"]["path"]:
+        raise ValueError("config key model.path is required when model.build_tiny is false")
+    for name in config["train_benchmarks"]:
+        if name not in config["benchmarks"]:
+            raise ValueError(f"config key train_benchmarks names {name!r}, which is not in benchmarks")
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"] if "tiny_model" in config else None
+        if tiny is None:
+            raise ValueError("config key tiny_model is required when model.build_tiny is true")
+        if tiny["bootstrap_benchmark"] not in config["benchmarks"]:
+            raise ValueError("config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks")
+    if config["model"]["name"].startswith("round"):
+        raise ValueError("config key model.name must not start with 'round' (reserved for tuned models)")
+
+
+check_config(config)
+
+
+RESULTS = Path(config["results_dir"]) / config["experiment"]
+BASE_MODEL = config["model"]["name"]
+TUNED_MODELS = [f"round{r}" for r in range(1, config["rounds"] + 1)]
+MODELS = [BASE_MODEL, *TUNED_MODELS]
+BENCHMARKS = list(config["benchmarks"])
+SEEDS = list(range(config["num_seeds"]))
+TRAIN_SEEDS = list(range(config["train_num_seeds"]))
+CHUNKS = list(range(config["num_chunks"]))
+
+# Path patterns: every file the workflow writes, built from wildcards only.
+PREPARED = str(RESULTS / "data/{benchmark}/{split}.jsonl")
+TINY_MODEL = str(RESULTS / "models/{model}/checkpoint")
+ADAPTER = str(RESULTS / "models/{model}/adapter")
+GENERATED = str(RESULTS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
+GENERATED_DONE = GENERATED + ".done"
+JUDGED_CHUNK = str(RESULTS / "judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
+JUDGED = str(RESULTS / "judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl")
+METRICS = str(RESULTS / "metrics/{model}/{benchmark}/{split}/metrics.json")
+METRICS_TABLE = str(RESULTS / "metrics/{model}/{benchmark}/{split}/metrics.txt")
+SFT_DATA = str(RESULTS / "sft/{model}/data.jsonl")
+SFT_STATS = str(RESULTS / "sft/{model}/stats.json")
+SUMMARY = str(RESULTS / "eval/summary.json")
+SUMMARY_TABLE = str(RESULTS / "eval/summary.txt")
+LOGS = RESULTS / "logs"
+
+
+wildcard_constraints:
+    model=r"[A-Za-z0-9._-]+",
+    benchmark=r"[A-Za-z0-9._-]+",
+    split=r"[A-Za-z0-9._-]+",
+    seed=r"\d+",
+    chunk=r"\d+",
+    num_chunks=r"\d+",
+
+
+def parent_model(model):
+    """The model whose train-split generations become `model`'s SFT data."""
+    round_number = int(model.removeprefix("round"))
+    return BASE_MODEL if round_number == 1 else f"round{round_number - 1}"
+
+
+def base_model_path():
+    if config["model"]["build_tiny"]:
+        return TINY_MODEL.format(model=BASE_MODEL)
+    return config["model"]["path"]
+
+
+def adapter_path(model):
+    return None if model == BASE_MODEL else ADAPTER.format(model=model)
+
+
+def base_model_inputs():
+    """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
+    return [TINY_MODEL.format(model=BASE_MODEL)] if config["model"]["build_tiny"] else []
+
+
+def tiny_model_inputs(wildcards):
+    tiny = config["tiny_model"]
+    return {
+        "bootstrap": PREPARED.format(benchmark=tiny["bootstrap_benchmark"], split=tiny["bootstrap_split"]),
+        "validation": PREPARED.format(benchmark=tiny["bootstrap_benchmark"], split=tiny["validation_split"]),
+    }
+
+
+def generation_model_inputs(wildcards):
+    inputs = base_model_inputs()
+    if wildcards.model != BASE_MODEL:
+        inputs.append(ADAPTER.format(model=wildcards.model))
+    return inputs
+
+
+def seeds_for_split(split):
+    return TRAIN_SEEDS if split == config["train_split"] else SEEDS
+
+
+def judged_chunks(wildcards):
+    return expand(
+        JUDGED_CHUNK,
+        model=wildcards.model,
+        benchmark=wildcards.benchmark,
+        split=wildcards.split,
+        seed=wildcards.seed,
+        chunk=CHUNKS,
+        num_chunks=config["num_chunks"],
+    )
+
+
+def judged_seed_files(wildcards):
+    return expand(
+        JUDGED,
+        model=wildcards.model,
+        benchmark=wildcards.benchmark,
+        split=wildcards.split,
+        seed=seeds_for_split(wildcards.split),
+    )
+
+
+def sft_judged_files(wildcards):
+    return expand(
+        JUDGED,
+        model=parent_model(wildcards.model),
+        benchmark=config["train_benchmarks"],
+        split=config["train_split"],
+        seed=TRAIN_SEEDS,
+    )
+
+
+def eval_runs():
+    """(model, benchmark) pairs compared on the eval split, in table order."""
+    return [(model, benchmark) for model in MODELS for benchmark in BENCHMARKS]
+
+
+def eval_metrics_files(wildcards):
+    return [METRICS.format(model=model, benchmark=benchmark, split=config["eval_split"]) for model, benchmark in eval_runs()]
+
+
+def all_targets():
+    train_metrics = expand(
+        METRICS, model=[parent_model(m) for m in TUNED_MODELS], benchmark=config["train_benchmarks"], split=config["train_split"]
+    )
+    return [SUMMARY, SUMMARY_TABLE, *train_metrics]
+
+
+def print_comparison():
+    table = Path(SUMMARY_TABLE)
+    if table.exists():
+        print("\n" + table.read_text(), flush=True)

@@ -1,0 +1,15 @@
+rule eval:
+    input:
+        eval_metrics_files,
+    output:
+        summary=SUMMARY,
+        table=SUMMARY_TABLE,
+    params:
+        runs=eval_runs(),
+        base_model=BASE_MODEL,
+    log:
+        LOGS / "eval/summary.log",
+    conda:
+        "../envs/judge.yaml"
+    script:
+        "../scripts/eval.py"

@@ -1,0 +1,15 @@
+rule build_tiny_model:
+    input:
+        unpack(tiny_model_inputs),
+    output:
+        checkpoint=directory(TINY_MODEL),
+    params:
+        tiny_model=config.get("tiny_model"),
+        prompt=config["prompt"],
+    log:
+        LOGS / "build_tiny_model/{model}.log",
+    threads: workflow.cores
+    conda:
+        "../envs/training.yaml"
+    script:
+        "../scripts/build_tiny_model.py"

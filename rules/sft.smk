@@ -1,0 +1,35 @@
+rule sft_data:
+    input:
+        sft_judged_files,
+    output:
+        data=SFT_DATA,
+        stats=SFT_STATS,
+    params:
+        prompt=config["prompt"],
+        filters=config["sft"]["filters"],
+    log:
+        LOGS / "sft_data/{model}.log",
+    conda:
+        "../envs/judge.yaml"
+    script:
+        "../scripts/sft_data.py"
+
+
+rule sft:
+    input:
+        data=SFT_DATA,
+        model=base_model_inputs(),
+    output:
+        adapter=directory(ADAPTER),
+    params:
+        model_path=base_model_path(),
+        model=config["model"],
+        sft=config["sft"],
+        chat_template=config["prompt"]["chat_template"],
+    log:
+        LOGS / "sft/{model}.log",
+    threads: workflow.cores
+    conda:
+        "../envs/training.yaml"
+    script:
+        "../scripts/sft.py"

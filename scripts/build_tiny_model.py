@@ -1,0 +1,20 @@
+from snakeskills.io import read_jsonl
+from snakeskills.tiny_model import build_and_bootstrap
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]) as logger:
+    tiny = snakemake.params.tiny_model
+    metrics = build_and_bootstrap(
+        bootstrap_records=read_jsonl(snakemake.input.bootstrap),
+        validation_records=read_jsonl(snakemake.input.validation),
+        prompt_config=snakemake.params.prompt,
+        completion_template=tiny["completion"],
+        output_dir=snakemake.output.checkpoint,
+        architecture=tiny["architecture"],
+        training=tiny["training"],
+        stop_at_accuracy=tiny["stop_at_accuracy"],
+        check_every_steps=tiny["check_every_steps"],
+        seed=tiny["seed"],
+        threads=snakemake.threads,
+    )
+    logger.info("bootstrap done: %s", metrics)

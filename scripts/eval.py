@@ -1,0 +1,12 @@
+from snakeskills.summarize import write_comparison
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]) as logger:
+    table = write_comparison(
+        runs=snakemake.params.runs,
+        metrics_paths=list(snakemake.input),
+        base_model=snakemake.params.base_model,
+        summary_path=snakemake.output.summary,
+        table_path=snakemake.output.table,
+    )
+    logger.info("\n%s", table)

@@ -1,0 +1,17 @@
+from snakeskills.sft import train_lora
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]) as logger:
+    sft = snakemake.params.sft
+    metrics = train_lora(
+        base_model_path=snakemake.params.model_path,
+        sft_data_path=snakemake.input.data,
+        output_dir=snakemake.output.adapter,
+        lora=sft["lora"],
+        training=sft["training"],
+        chat_template=snakemake.params.chat_template,
+        seed=sft["seed"],
+        threads=snakemake.threads,
+        trust_remote_code=snakemake.params.model["trust_remote_code"],
+    )
+    logger.info("sft done: %s", metrics)

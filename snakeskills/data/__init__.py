@@ -1,0 +1,1 @@
+"""Benchmark data: synthetic skills and preparation of real datasets."""

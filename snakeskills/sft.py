@@ -1,0 +1,132 @@
+"""SFT stage: filter judged generations into a dataset, then train a LoRA adapter with peft.
+
+The dataset uses TRL's conversational ``messages`` format (system?, user, assistant), so it can
+be trained on elsewhere as is; ``id``/``problem``/``expected_answer`` are kept for tracing.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import atomic_directory, iter_jsonl, write_json, write_jsonl
+from snakeskills.prompts import build_messages, render_messages
+
+logger = logging.getLogger(__name__)
+
+
+def select_sft_records(judged_paths: list[str | Path], prompt_config: dict, filters: dict) -> tuple[list[dict], dict]:
+    """Keep judged-correct, complete, de-duplicated generations; returns (records, counts per filter)."""
+    counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
+    seen = set()
+    kept_per_problem: dict[str, int] = {}
+    records = []
+    for path in judged_paths:
+        for row in iter_jsonl(path):
+            counts["judged"] += 1
+            if filters["correct_only"] and not row["symbolic_correct"]:
+                counts["incorrect"] += 1
+                continue
+            if row["finish_reason"] != "stop":
+                counts["truncated"] += 1
+                continue
+            limit = filters["max_generation_tokens"]
+            if limit is not None and row["num_generated_tokens"] > limit:
+                counts["too_long"] += 1
+                continue
+            key = (row["problem"], row["generation"])
+            if filters["dedup"] and key in seen:
+                counts["duplicate"] += 1
+                continue
+            cap = filters["max_per_problem"]
+            if cap is not None and kept_per_problem.get(row["id"], 0) >= cap:
+                counts["over_per_problem_cap"] += 1
+                continue
+            seen.add(key)
+            kept_per_problem[row["id"]] = kept_per_problem.get(row["id"], 0) + 1
+            messages = build_messages(prompt_config, row) + [{"role": "assistant", "content": row["generation"]}]
+            records.append(
+                {"id": row["id"], "problem": row["problem"], "expected_answer": row["expected_answer"], "messages": messages}
+            )
+    counts["kept"] = len(records)
+    counts["problems_covered"] = len(kept_per_problem)
+    return records, counts
+
+
+def write_sft_dataset(judged_paths, prompt_config, filters, output_path, stats_path) -> dict:
+    records, counts = select_sft_records(judged_paths, prompt_config, filters)
+    if not records:
+        raise SnakeskillsError(
+            f"no SFT examples survived the filters ({counts}); the model solved none of the training problems "
+            "- sample more seeds, bootstrap longer, or relax sft.filters"
+        )
+    write_jsonl(output_path, records)
+    write_json(stats_path, counts)
+    logger.info("SFT dataset: %s", counts)
+    return counts
+
+
+def to_prompt_completion(record: dict, *, chat_template: bool, tokenizer) -> dict:
+    messages = record["messages"]
+    if messages[-1]["role"] != "assistant":
+        raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
+    prompt = render_messages(messages[:-1], chat_template=chat_template, tokenizer=tokenizer)
+    return {"prompt": prompt, "completion": messages[-1]["content"]}
+
+
+def train_lora(
+    *,
+    base_model_path: str,
+    sft_data_path: str | Path,
+    output_dir: str | Path,
+    lora: dict,
+    training: dict,
+    chat_template: bool,
+    seed: int,
+    threads: int,
+    trust_remote_code: bool,
+) -> dict:
+    """Train a LoRA adapter on the SFT dataset and save it (adapter + tokenizer) to ``output_dir``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from snakeskills.training import train_on_examples
+
+    if not Path(base_model_path).exists():
+        raise SnakeskillsError(f"model path {base_model_path!r} does not exist (config: model.path)")
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=lora["r"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            target_modules=lora["target_modules"],
+            task_type="CAUSAL_LM",
+        ),
+    )
+    examples = [
+        to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
+        for record in iter_jsonl(sft_data_path)
+    ]
+    output_dir = Path(output_dir)
+    metrics = train_on_examples(
+        model,
+        tokenizer,
+        examples,
+        output_dir=output_dir.parent / f".{output_dir.name}-trainer",
+        seed=seed,
+        threads=threads,
+        **training,
+    )
+    with atomic_directory(output_dir) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        write_json(staging / "training_metrics.json", metrics)
+    return metrics

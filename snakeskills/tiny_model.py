@@ -1,0 +1,180 @@
+"""The embedded default's model: a tiny Llama with a character-level tokenizer, built locally.
+
+Nothing is downloaded: the tokenizer is built with ``tokenizers``, the model from a
+``LlamaConfig``; both are written with ``save_pretrained`` so every later stage loads them with
+``from_pretrained``, exactly as it loads a real checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+
+def build_char_tokenizer():
+    """A ``PreTrainedTokenizerFast`` mapping every printable ASCII character to its own token."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS.values())}
+    for character in CHARACTERS:
+        vocabulary.setdefault(character, len(vocabulary))
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token=SPECIAL_TOKENS["unk"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    bos = SPECIAL_TOKENS["bos"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocabulary[bos])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=bos,
+        eos_token=SPECIAL_TOKENS["eos"],
+        pad_token=SPECIAL_TOKENS["pad"],
+        unk_token=SPECIAL_TOKENS["unk"],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_llama(tokenizer, *, hidden_size: int, num_layers: int, num_heads: int, seed: int, max_positions: int):
+    """A freshly initialised ``LlamaForCausalLM`` sized by the arguments (a few 100k parameters)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def build_and_bootstrap(
+    *,
+    bootstrap_records: list[dict],
+    validation_records: list[dict],
+    prompt_config: dict,
+    completion_template: str,
+    output_dir: str | Path,
+    architecture: dict,
+    training: dict,
+    stop_at_accuracy: float,
+    check_every_steps: int,
+    seed: int,
+    threads: int,
+) -> dict:
+    """Build the tiny model, give it a short supervised bootstrap, save it to ``output_dir``.
+
+    Training stops as soon as greedy accuracy on ``validation_records`` (problems the bootstrap
+    never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
+    leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
+    """
+    from snakeskills.io import atomic_directory, write_json
+    from snakeskills.prompts import fill_template, format_prompt
+    from snakeskills.training import train_on_examples
+
+    output_dir = Path(output_dir)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, seed=seed, **architecture)
+    num_parameters = sum(parameter.numel() for parameter in model.parameters())
+    logger.info("built tiny Llama with %d parameters, vocabulary %d", num_parameters, len(tokenizer))
+    examples = [
+        {"prompt": format_prompt(prompt_config, record), "completion": fill_template(completion_template, record)}
+        for record in bootstrap_records
+    ]
+    validation = [
+        {"prompt": format_prompt(prompt_config, record), "expected_answer": record["expected_answer"]}
+        for record in validation_records
+    ]
+    max_new_tokens = max(len(tokenizer(example["completion"])["input_ids"]) for example in examples) + 2
+    stopper = accuracy_stop_callback(
+        tokenizer, validation, target=stop_at_accuracy, check_every=check_every_steps, max_new_tokens=max_new_tokens
+    )
+    metrics = train_on_examples(
+        model,
+        tokenizer,
+        examples,
+        output_dir=output_dir.parent / f".{output_dir.name}-trainer",
+        seed=seed,
+        threads=threads,
+        callbacks=[stopper],
+        **training,
+    )
+    metrics["num_parameters"] = num_parameters
+    metrics["validation_history"] = stopper.history
+    metrics["final_validation_accuracy"] = greedy_accuracy(
+        model, tokenizer, [v["prompt"] for v in validation], [v["expected_answer"] for v in validation], max_new_tokens
+    )
+    with atomic_directory(output_dir) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        write_json(staging / "bootstrap_metrics.json", metrics)
+    return metrics
+
+def greedy_accuracy(model, tokenizer, prompts: list[str], expected: list[str], max_new_tokens: int) -> float:
+    """Share of prompts whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
+    import torch
+
+    from snakeskills.judge import answers_match, extract_answer
+
+    was_training = model.training
+    model.eval()
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    with torch.inference_mode():
+        output = model.generate(
+            **encoded.to(model.device),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+    if was_training:
+        model.train()
+    correct = sum(answers_match(extract_answer(text, method="boxed", regex=None), answer) for text, answer in zip(texts, expected))
+    return correct / len(prompts)
+
+
+def accuracy_stop_callback(tokenizer, validation: list[dict], *, target: float, check_every: int, max_new_tokens: int):
+    """A TrainerCallback ending training once greedy accuracy on ``validation`` reaches ``target``.
+
+    The bootstrap's purpose is a base model with a chosen, modest skill level; stopping on a
+    measured accuracy (held-out problems) lands there reliably, whatever the hardware's float
+    rounding does to the exact step at which the tiny model starts to generalise.
+    """
+    from transformers import TrainerCallback
+
+    prompts = [record["prompt"] for record in validation]
+    expected = [record["expected_answer"] for record in validation]
+
+    class StopAtAccuracy(TrainerCallback):
+        def __init__(self):
+            self.history = []
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % check_every:
+                return control
+            accuracy = greedy_accuracy(model, tokenizer, prompts, expected, max_new_tokens)
+            self.history.append({"step": state.global_step, "validation_accuracy": accuracy})
+            logger.info("bootstrap step %d: greedy validation accuracy %.3f", state.global_step, accuracy)
+            if accuracy >= target:
+                control.should_training_stop = True
+            return control
+
+    return StopAtAccuracy()

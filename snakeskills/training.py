@@ -1,0 +1,129 @@
+"""Supervised fine-tuning of causal LMs on prompt/completion pairs with transformers' Trainer.
+
+Used twice: the embedded default's bootstrap (full training of the tiny model) and the SFT stage
+(LoRA via peft on judged-correct generations). Loss is on completion tokens only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+
+
+def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
+    """A ``datasets.Dataset`` of ``input_ids``/``labels``; prompt tokens are masked out of the loss.
+
+    ``prompt`` is the fully formatted model input (chat template already applied where used);
+    the completion is followed by the tokenizer's EOS so the model learns to stop.
+    """
+    import datasets
+
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has no eos_token; SFT needs one to teach the model where to stop")
+    rows = []
+    for example in examples:
+        prompt_ids = tokenizer(example["prompt"], add_special_tokens=True)["input_ids"]
+        completion_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"]
+        completion_ids = completion_ids + [tokenizer.eos_token_id]
+        input_ids = (prompt_ids + completion_ids)[:max_length]
+        labels = ([IGNORE_INDEX] * len(prompt_ids) + completion_ids)[:max_length]
+        rows.append({"input_ids": input_ids, "labels": labels})
+    return datasets.Dataset.from_list(rows)
+
+
+@dataclass
+class PadCollator:
+    """Right-pads ``input_ids`` with the pad token and ``labels`` with the ignore index."""
+
+    pad_token_id: int
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        width = max(len(feature["input_ids"]) for feature in features)
+        input_ids, labels, attention_mask = [], [], []
+        for feature in features:
+            padding = width - len(feature["input_ids"])
+            input_ids.append(list(feature["input_ids"]) + [self.pad_token_id] * padding)
+            labels.append(list(feature["labels"]) + [IGNORE_INDEX] * padding)
+            attention_mask.append([1] * len(feature["input_ids"]) + [0] * padding)
+        return {
+            "input_ids": torch.tensor(input_ids),
+            "labels": torch.tensor(labels),
+            "attention_mask": torch.tensor(attention_mask),
+        }
+
+
+def train_on_examples(
+    model,
+    tokenizer,
+    examples: list[dict],
+    *,
+    output_dir: str | Path,
+    num_epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    max_length: int,
+    weight_decay: float = 0.0,
+    warmup_steps: float = 0.0,
+    checkpoint_steps: int = 0,
+    threads: int = 1,
+    callbacks: list | None = None,
+) -> dict:
+    """Train ``model`` in place on prompt/completion ``examples``; returns the training metrics.
+
+    With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
+    training resumes from the newest one found there (a rerun after a kill continues, not restarts).
+    """
+    import torch
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not examples:
+        raise ValueError("no training examples: nothing to fine-tune on")
+    torch.set_num_threads(threads)
+    dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    arguments = TrainingArguments(
+        output_dir=str(output_dir),
+        num_train_epochs=num_epochs,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        weight_decay=weight_decay,
+        warmup_steps=warmup_steps,
+        lr_scheduler_type="linear",
+        seed=seed,
+        data_seed=seed,
+        logging_steps=20,
+        save_strategy="steps" if checkpoint_steps > 0 else "no",
+        save_steps=checkpoint_steps if checkpoint_steps > 0 else 500,
+        save_total_limit=2,
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = Trainer(
+        model=model,
+        args=arguments,
+        train_dataset=dataset,
+        data_collator=PadCollator(tokenizer.pad_token_id),
+        callbacks=callbacks,
+    )
+    resume_from = get_last_checkpoint(str(output_dir)) if checkpoint_steps > 0 else None
+    if resume_from:
+        logger.info("resuming training from checkpoint %s", resume_from)
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = dict(result.metrics)
+    metrics["num_examples"] = len(examples)
+    metrics["resumed_from_checkpoint"] = resume_from
+    metrics["global_step"] = trainer.state.global_step
+    return metrics

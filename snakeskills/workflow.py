@@ -1,0 +1,33 @@
+"""Glue for the workflow's ``script:`` entry points: logging to the rule's log, clear failures."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+
+from snakeskills.errors import SnakeskillsError
+
+
+@contextlib.contextmanager
+def script_logging(log_path: str) -> Iterator[logging.Logger]:
+    """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message.
+
+    The message goes both to the log and to the console, so a user sees at once which file, line
+    or config key is at fault, and the job exits non-zero (Snakemake then removes its outputs).
+    """
+    console = sys.stderr
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        sys.stderr = log_file
+        logging.basicConfig(
+            stream=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", force=True
+        )
+        try:
+            yield logging.getLogger("snakeskills")
+        except SnakeskillsError as error:
+            logging.getLogger("snakeskills").error("%s", error)
+            print(f"snakeskills error: {error} (log: {log_path})", file=console)
+            raise SystemExit(1) from None
+        finally:
+            sys.stderr = console
