@@ -43,7 +43,7 @@ PREPARED = str(RESULTS / "data/{benchmark}/{split}.jsonl")
 TINY_MODEL = str(RESULTS / "models/{model}/checkpoint")
 ADAPTER = str(RESULTS / "models/{model}/adapter")
 GENERATED = str(RESULTS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
-GENERATED_DONE = GENERATED + ".done"
+GENERATED_DONE = f"{GENERATED}.done"
 JUDGED_CHUNK = str(RESULTS / "judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
 JUDGED = str(RESULTS / "judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl")
 METRICS = str(RESULTS / "metrics/{model}/{benchmark}/{split}/metrics.json")
@@ -70,9 +70,10 @@ def parent_model(model):
     return BASE_MODEL if round_number == 1 else f"round{round_number - 1}"
 
 
-def base_model_path():
+def base_model_path(wildcards, input):
+    """The base checkpoint folder: the built tiny model (first model input) or model.path."""
     if config["model"]["build_tiny"]:
-        return TINY_MODEL.format(model=BASE_MODEL)
+        return input.model[0]
     return config["model"]["path"]
 
 
@@ -155,4 +156,4 @@ def all_targets():
 def print_comparison():
     table = Path(SUMMARY_TABLE)
     if table.exists():
-        print("\n" + table.read_text(), flush=True)
+        print(f"\n{table.read_text()}", flush=True)

@@ -6,7 +6,7 @@ rule generate:
         generations=GENERATED,
         done=GENERATED_DONE,
     params:
-        model_path=base_model_path(),
+        model_path=base_model_path,
         adapter_path=lambda wildcards: adapter_path(wildcards.model),
         model=config["model"],
         generation=config["generation"],

@@ -22,7 +22,7 @@ rule sft:
     output:
         adapter=directory(ADAPTER),
     params:
-        model_path=base_model_path(),
+        model_path=base_model_path,
         model=config["model"],
         sft=config["sft"],
         chat_template=config["prompt"]["chat_template"],

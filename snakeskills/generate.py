@@ -30,7 +30,9 @@ def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int) -> tuple[int,
     if not 0 <= chunk_index < num_chunks:
         raise SnakeskillsError(f"chunk index {chunk_index} is outside 0..{num_chunks - 1}")
     if num_chunks > num_rows:
-        raise SnakeskillsError(f"num_chunks={num_chunks} is more than the {num_rows} rows of the split; lower num_chunks")
+        raise SnakeskillsError(
+            f"num_chunks={num_chunks} is more than the {num_rows} rows of the split; lower num_chunks"
+        )
     return num_rows * chunk_index // num_chunks, num_rows * (chunk_index + 1) // num_chunks
 
 
@@ -76,7 +78,9 @@ def generate_chunk(
         requests = [
             GenerationRequest(
                 prompt=render_messages(
-                    build_messages(prompt_config, record), chat_template=prompt_config["chat_template"], tokenizer=tokenizer
+                    build_messages(prompt_config, record),
+                    chat_template=prompt_config["chat_template"],
+                    tokenizer=tokenizer,
                 ),
                 seed=row_seed(random_seed, record["id"]),
             )

@@ -94,4 +94,8 @@ def answers_match(predicted: str | None, expected: str) -> bool:
 def judge_record(record: dict, *, method: str, regex: str | None) -> dict:
     """The record with ``predicted_answer`` and ``symbolic_correct`` added."""
     predicted = extract_answer(record["generation"], method=method, regex=regex)
-    return {**record, "predicted_answer": predicted, "symbolic_correct": answers_match(predicted, record["expected_answer"])}
+    return {
+        **record,
+        "predicted_answer": predicted,
+        "symbolic_correct": answers_match(predicted, record["expected_answer"]),
+    }

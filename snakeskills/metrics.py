@@ -64,7 +64,8 @@ def compute_metrics(frame: pl.DataFrame, score_columns: list[str]) -> dict[str, 
 
     # per-problem cumulative sums over the sample order give every "first k" aggregate at once
     ordered = frame.sort("problem_index", "sample_index").with_columns(
-        pl.col(column).cum_sum().over("problem_index").alias(f"{column}_cum") for column in (*score_columns, "no_answer")
+        pl.col(column).cum_sum().over("problem_index").alias(f"{column}_cum")
+        for column in (*score_columns, "no_answer")
     )
     correct_totals = frame.group_by("problem_index").agg(pl.col(score_columns).sum())
 
@@ -143,9 +144,11 @@ def format_table(benchmark: str, metrics: dict[str, dict]) -> str:
     """NeMo-Skills' summary layout: one block per benchmark, one row per headline eval mode."""
     modes = headline_modes(metrics)
     columns = [metric for metric in metrics[modes[0]] if not metric.endswith("_statistics")]
-    rows = [["evaluation_mode", *columns]] + [[mode, *(format_value(metrics[mode], c) for c in columns)] for mode in modes]
+    rows = [["evaluation_mode", *columns]] + [
+        [mode, *(format_value(metrics[mode], c) for c in columns)] for mode in modes
+    ]
     widths = [max(len(row[index]) for row in rows) for index in range(len(columns) + 1)]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     total_width = max(len(line) for line in lines)
     header = f" {benchmark} ".center(total_width, "-")
     return "\n".join([header, *lines]) + "\n"

@@ -47,7 +47,12 @@ def select_sft_records(judged_paths: list[str | Path], prompt_config: dict, filt
             kept_per_problem[row["id"]] = kept_per_problem.get(row["id"], 0) + 1
             messages = build_messages(prompt_config, row) + [{"role": "assistant", "content": row["generation"]}]
             records.append(
-                {"id": row["id"], "problem": row["problem"], "expected_answer": row["expected_answer"], "messages": messages}
+                {
+                    "id": row["id"],
+                    "problem": row["problem"],
+                    "expected_answer": row["expected_answer"],
+                    "messages": messages,
+                }
             )
     counts["kept"] = len(records)
     counts["problems_covered"] = len(kept_per_problem)

@@ -29,11 +29,15 @@ def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
         if reference_ids is None:
             reference_ids = ids
         elif ids != reference_ids:
-            raise SnakeskillsError(f"{path}: problem ids differ from {seed_paths[0]}; seed files must line up row by row")
+            raise SnakeskillsError(
+                f"{path}: problem ids differ from {seed_paths[0]}; seed files must line up row by row"
+            )
         columns = {
             "problem_index": list(range(len(rows))),
             "sample_index": [sample_index] * len(rows),
-            "predicted_answer": [None if row["predicted_answer"] is None else str(row["predicted_answer"]) for row in rows],
+            "predicted_answer": [
+                None if row["predicted_answer"] is None else str(row["predicted_answer"]) for row in rows
+            ],
             "num_generated_tokens": [int(row["num_generated_tokens"]) for row in rows],
         }
         for score in SCORE_COLUMNS:
@@ -69,7 +73,7 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
 def format_comparison(summary: dict[str, dict], base_model: str) -> str:
     rows = comparison_rows(summary)
     widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * width for width in widths))
     gains = []
     for model, benchmarks in summary.items():

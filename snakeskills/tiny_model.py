@@ -127,6 +127,7 @@ def build_and_bootstrap(
         write_json(staging / "bootstrap_metrics.json", metrics)
     return metrics
 
+
 def greedy_accuracy(model, tokenizer, prompts: list[str], expected: list[str], max_new_tokens: int) -> float:
     """Share of prompts whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
     import torch
@@ -147,7 +148,8 @@ def greedy_accuracy(model, tokenizer, prompts: list[str], expected: list[str], m
     texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     if was_training:
         model.train()
-    correct = sum(answers_match(extract_answer(text, method="boxed", regex=None), answer) for text, answer in zip(texts, expected))
+    predicted = [extract_answer(text, method="boxed", regex=None) for text in texts]
+    correct = sum(answers_match(answer, gold) for answer, gold in zip(predicted, expected, strict=True))
     return correct / len(prompts)
 
 

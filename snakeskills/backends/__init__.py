@@ -48,7 +48,9 @@ def build_backend(name: str, **options):
     try:
         factory = BACKEND_FACTORIES[name]
     except KeyError:
-        raise SnakeskillsError(f"generation.backend: unknown backend {name!r}; known: {sorted(BACKEND_FACTORIES)}") from None
+        raise SnakeskillsError(
+            f"generation.backend: unknown backend {name!r}; known: {sorted(BACKEND_FACTORIES)}"
+        ) from None
     return factory(**options)
 
 

@@ -26,8 +26,12 @@ def arithmetic_splits(
     """
     for operation in operations:
         if operation not in OPERATIONS:
-            raise SnakeskillsError(f"synthetic.operations: unknown operation {operation!r}; known: {sorted(OPERATIONS)}")
-    pool = [(a, operation, b) for operation in operations for a in range(max_operand + 1) for b in range(max_operand + 1)]
+            raise SnakeskillsError(
+                f"synthetic.operations: unknown operation {operation!r}; known: {sorted(OPERATIONS)}"
+            )
+    pool = [
+        (a, operation, b) for operation in operations for a in range(max_operand + 1) for b in range(max_operand + 1)
+    ]
     needed = sum(split_sizes.values())
     if needed > len(pool):
         raise SnakeskillsError(

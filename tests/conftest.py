@@ -1,0 +1,64 @@
+"""Shared helpers: run the real `snakemake` on this repository's Snakefile in a scratch folder."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+
+
+def run_snakemake(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CONFIG, timeout: int = 1200):
+    """Run snakemake on the repo's Snakefile with `workdir` as working directory; returns the process."""
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        *arguments,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Parse Snakemake's 'Job stats' table into {rule: count} (empty when nothing is to be done)."""
+    counts = {}
+    in_table = False
+    for line in output.splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_table = True
+            continue
+        if in_table:
+            if line.startswith("---"):
+                continue
+            match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+            if not match:
+                break
+            counts[match.group(1)] = int(match.group(2))
+    counts.pop("total", None)
+    return counts
+
+
+def dry_run_counts(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CONFIG) -> dict[str, int]:
+    process = run_snakemake(workdir, "--dry-run", "--quiet", "rules", *arguments, configfile=configfile)
+    assert process.returncode == 0, process.stdout + process.stderr
+    return job_counts(process.stdout + process.stderr)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """One real end-to-end run of the embedded default config (a few minutes on 2 CPU cores)."""
+    workdir = tmp_path_factory.mktemp("default-run")
+    process = run_snakemake(workdir, "--cores", "2")
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    return workdir
