@@ -32,11 +32,21 @@ def _check_frame(frame: pl.DataFrame, score_columns: list[str]) -> int:
     missing = [column for column in (*REQUIRED_COLUMNS, *score_columns) if column not in frame.columns]
     if missing:
         raise SnakeskillsError(f"metrics: judged rows lack column(s) {missing}")
-    counts = frame.group_by("problem_index").agg(pl.len().alias("samples"))["samples"].unique()
+    counts = frame.group_by("problem_index", maintain_order=True).agg(pl.len().alias("samples"))["samples"].unique()
     if counts.len() != 1:
         raise SnakeskillsError(
             f"metrics: problems have different numbers of samples ({sorted(counts.to_list())}); "
             "every seed file must cover the same problems"
+        )
+    malformed = (
+        frame.group_by("problem_index", maintain_order=True)
+        .agg((pl.col("sample_index").sort() == pl.int_range(pl.len())).all().alias("ok"))
+        .filter(~pl.col("ok"))
+    )
+    if malformed.height:
+        raise SnakeskillsError(
+            "metrics: sample_index must run 0..n-1 once per problem; problems "
+            f"{malformed['problem_index'].head(5).to_list()} do not"
         )
     return int(counts[0])
 
@@ -55,10 +65,8 @@ def compute_metrics(frame: pl.DataFrame, score_columns: list[str]) -> dict[str, 
         *(pl.col(column).cast(pl.Float64).alias(column) for column in score_columns),
     )
     num_problems = frame["problem_index"].n_unique()
-    avg_tokens = int(
-        frame.group_by("problem_index").agg(pl.col("num_generated_tokens").mean())["num_generated_tokens"].sum()
-        / num_problems
-    )
+    tokens_per_problem = frame.group_by("problem_index", maintain_order=True).agg(pl.col("num_generated_tokens").mean())
+    avg_tokens = int(tokens_per_problem["num_generated_tokens"].sum() / num_problems)
     common = {"num_entries": num_problems, "avg_tokens": avg_tokens}
     metrics: dict[str, dict] = {}
 
@@ -67,7 +75,7 @@ def compute_metrics(frame: pl.DataFrame, score_columns: list[str]) -> dict[str, 
         pl.col(column).cum_sum().over("problem_index").alias(f"{column}_cum")
         for column in (*score_columns, "no_answer")
     )
-    correct_totals = frame.group_by("problem_index").agg(pl.col(score_columns).sum())
+    correct_totals = frame.group_by("problem_index", maintain_order=True).agg(pl.col(score_columns).sum())
 
     for k in range(1, num_samples + 1):
         at_k = ordered.filter(pl.col("sample_index") == k - 1)
@@ -91,9 +99,9 @@ def compute_metrics(frame: pl.DataFrame, score_columns: list[str]) -> dict[str, 
 
 def _statistics(frame: pl.DataFrame, column: str, k: int) -> dict:
     first_k = frame.filter(pl.col("sample_index") < k)
-    run_averages = first_k.group_by("sample_index").agg(pl.col(column).mean())[column]
+    run_averages = first_k.group_by("sample_index", maintain_order=True).agg(pl.col(column).mean())[column]
     std_dev_across_runs = float(run_averages.std(ddof=1))
-    sample_std = first_k.group_by("problem_index").agg(pl.col(column).std(ddof=1))[column]
+    sample_std = first_k.group_by("problem_index", maintain_order=True).agg(pl.col(column).std(ddof=1))[column]
     return {
         "avg": float(first_k[column].mean()),
         "std_dev_across_runs": std_dev_across_runs,
@@ -107,11 +115,13 @@ def _majority(frame: pl.DataFrame, score_columns: list[str], k: int, num_problem
     answered = first_k.filter(pl.col("predicted_answer").is_not_null())
     result = {}
     for column in score_columns:
-        groups = answered.group_by("problem_index", "predicted_answer", column).agg(pl.len().alias("count"))
+        groups = answered.group_by("problem_index", "predicted_answer", column, maintain_order=True).agg(
+            pl.len().alias("count")
+        )
         top = groups.filter(pl.col("count") == pl.col("count").max().over("problem_index"))
-        per_problem = top.group_by("problem_index").agg(pl.col(column).mean())
+        per_problem = top.group_by("problem_index", maintain_order=True).agg(pl.col(column).mean())
         result[column] = 100.0 * float(per_problem[column].sum()) / num_problems
-    all_missing = first_k.group_by("problem_index").agg(pl.col("no_answer").all())["no_answer"]
+    all_missing = first_k.group_by("problem_index", maintain_order=True).agg(pl.col("no_answer").all())["no_answer"]
     result["no_answer"] = 100.0 * float(all_missing.sum()) / num_problems
     return result
 

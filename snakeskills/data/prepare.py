@@ -61,8 +61,8 @@ def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
             raise SnakeskillsError(f"{where}.jsonl.paths has no split {split!r}")
         where = paths[split]
         records = [
-            apply_field_map(record, spec["jsonl"]["field_map"], f"{where}:{line}")
-            for line, record in enumerate(read_jsonl(paths[split]), start=1)
+            apply_field_map(record, spec["jsonl"]["field_map"], f"{where}: row {row}")
+            for row, record in enumerate(read_jsonl(paths[split]), start=1)
         ]
     else:
         raise SnakeskillsError(f"{where}.source: unknown source {source!r}; known: synthetic, jsonl")

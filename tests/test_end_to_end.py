@@ -1,0 +1,97 @@
+"""The embedded default, run for real through `snakemake` (tiny Llama, LoRA SFT, 2 CPU cores).
+
+These are the slow tests: one full run shared by the module (a few minutes), then dry runs on the
+finished folder for rerun behaviour, and a second full run from scratch for reproducibility.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import dry_run_counts, run_snakemake
+
+pytestmark = pytest.mark.slow
+
+RESULTS = "results/tiny-arithmetic"
+
+
+def _summary(workdir):
+    return json.loads((workdir / RESULTS / "eval/summary.json").read_text())
+
+
+def test_tuned_model_beats_base_on_held_out_problems(finished_run):
+    summary = _summary(finished_run)
+    assert list(summary) == ["base", "round1"]
+    base = summary["base"]["arithmetic"]["pass@1[avg-of-4]"]
+    tuned = summary["round1"]["arithmetic"]["pass@1[avg-of-4]"]
+    assert base["num_entries"] == tuned["num_entries"] == 500
+    assert 0 < base["symbolic_correct"] < 60, "the bootstrap should leave the base model with modest skill"
+    assert tuned["symbolic_correct"] - base["symbolic_correct"] >= 15
+    table = (finished_run / RESULTS / "eval/summary.txt").read_text()
+    assert "round1 vs base on arithmetic" in table
+
+
+def test_records_use_nemo_skills_fields(finished_run):
+    judged = finished_run / RESULTS / "judge/round1/arithmetic/test/output-rs0.jsonl"
+    prepared = finished_run / RESULTS / "data/arithmetic/test.jsonl"
+    rows = [json.loads(line) for line in judged.read_text().splitlines()]
+    prepared_ids = [json.loads(line)["id"] for line in prepared.read_text().splitlines()]
+    assert [row["id"] for row in rows] == prepared_ids, "a seed's merged file keeps the prepared order"
+    for field in (
+        "problem",
+        "expected_answer",
+        "generation",
+        "num_generated_tokens",
+        "finish_reason",
+        "random_seed",
+        "predicted_answer",
+        "symbolic_correct",
+    ):
+        assert field in rows[0]
+    metrics = json.loads((finished_run / RESULTS / "metrics/base/arithmetic/test/metrics.json").read_text())
+    modes = metrics["arithmetic"]
+    for mode in ("pass@1[avg-of-4]", "majority@4", "pass@4", "pass@1", "majority@2"):
+        assert {"num_entries", "avg_tokens", "symbolic_correct", "no_answer"} <= set(modes[mode])
+    assert modes["pass@4"]["symbolic_correct"] >= modes["pass@1"]["symbolic_correct"]
+    assert not list((finished_run / RESULTS).rglob("*.progress")), "progress files are removed on completion"
+    assert not list((finished_run / RESULTS).rglob("*.tmp")), "no temporary files are left behind"
+
+
+def test_finished_run_has_nothing_to_do(finished_run):
+    process = run_snakemake(finished_run, "--dry-run")
+    assert process.returncode == 0
+    assert "Nothing to be done" in process.stdout + process.stderr
+
+
+def test_more_seeds_schedule_only_the_new_seeds(finished_run):
+    counts = dry_run_counts(finished_run, "--config", "num_seeds=6")
+    new_jobs = 2 * 2 * 2  # base and round1 on test, 2 new seeds, 2 chunks
+    assert counts == {
+        "generate": new_jobs,
+        "judge": new_jobs,
+        "merge_judged": 2 * 2,
+        "summarize": 2,
+        "eval": 1,
+        "all": 1,
+    }
+
+
+def test_rerun_judge_reruns_judge_and_downstream_only(finished_run):
+    counts = dry_run_counts(finished_run, "--forcerun", "judge")
+    assert counts["judge"] == 24
+    assert "prepare_data" not in counts and "build_tiny_model" not in counts
+    # only the tuned model regenerates (its adapter is retrained from re-judged data)
+    assert counts["generate"] == 8
+
+
+def test_changed_judge_setting_keeps_generations(finished_run):
+    counts = dry_run_counts(finished_run, "--config", "judge={extraction: regex, regex: '\\\\d+'}")
+    assert counts["judge"] == 24
+    assert counts["generate"] == 8  # base generations are reused; round1's adapter changes
+
+
+def test_same_config_gives_same_numbers(finished_run, tmp_path):
+    process = run_snakemake(tmp_path, "--cores", "2")
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert _summary(tmp_path) == _summary(finished_run)

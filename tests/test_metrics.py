@@ -1,0 +1,433 @@
+"""compute_metrics against hand-computed values and a plain per-problem reference (NeMo-Skills' BaseMetrics)."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.metrics import compute_metrics, format_table, headline_modes, max_k, pass_at_k_table
+
+
+def make_frame(
+    answers: list[list[str | None]],
+    correct: list[list[bool]],
+    tokens: list[list[int]] | None = None,
+    judge: list[list[bool]] | None = None,
+) -> pl.DataFrame:
+    """One row per (problem, sample); ``answers[p][s]`` is the predicted answer of sample s of problem p."""
+    rows = {"problem_index": [], "sample_index": [], "predicted_answer": [], "num_generated_tokens": []}
+    rows["symbolic_correct"] = []
+    if judge is not None:
+        rows["judge_correct"] = []
+    for problem, problem_answers in enumerate(answers):
+        for sample, answer in enumerate(problem_answers):
+            rows["problem_index"].append(problem)
+            rows["sample_index"].append(sample)
+            rows["predicted_answer"].append(answer)
+            rows["num_generated_tokens"].append(tokens[problem][sample] if tokens else 10)
+            rows["symbolic_correct"].append(correct[problem][sample])
+            if judge is not None:
+                rows["judge_correct"].append(judge[problem][sample])
+    return pl.DataFrame(
+        rows,
+        schema_overrides={
+            "problem_index": pl.Int64,
+            "sample_index": pl.Int64,
+            "predicted_answer": pl.String,
+            "num_generated_tokens": pl.Int64,
+        },
+    )
+
+
+# ---------------------------------------------------------------- pass@k estimator
+
+
+def test_pass_at_k_table_is_the_unbiased_estimator():
+    # n=4, k=2: 1 - C(4-c, 2) / C(4, 2) = 1 - C(4-c, 2) / 6
+    # c=0: 1-6/6=0, c=1: 1-3/6=0.5, c=2: 1-1/6=5/6, c=3: 1-0=1 (C(1,2)=0), c=4: 1
+    assert pass_at_k_table(4, 2) == pytest.approx([0.0, 0.5, 5 / 6, 1.0, 1.0])
+    # k=1 is the plain share c/n
+    assert pass_at_k_table(5, 1) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    # k=n: any correct sample passes
+    assert pass_at_k_table(3, 3) == pytest.approx([0.0, 1.0, 1.0, 1.0])
+
+
+def test_pass_at_k_with_k_below_n_one_correct_of_four():
+    # one problem, n=4, c=1 (only the last sample is correct)
+    frame = make_frame([["1", "2", "3", "4"]], [[False, False, False, True]])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    # pass@1 = 1 - C(3,1)/C(4,1) = 1 - 3/4 = 25%
+    assert metrics["pass@1"]["symbolic_correct"] == pytest.approx(25.0)
+    # pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6 = 50%
+    assert metrics["pass@2"]["symbolic_correct"] == pytest.approx(50.0)
+    # pass@3 = 1 - C(3,3)/C(4,3) = 1 - 1/4 = 75%
+    assert metrics["pass@3"]["symbolic_correct"] == pytest.approx(75.0)
+    assert metrics["pass@4"]["symbolic_correct"] == pytest.approx(100.0)
+    # avg-of-k only looks at the first k samples: the correct one is the 4th
+    assert metrics["pass@1[avg-of-1]"]["symbolic_correct"] == pytest.approx(0.0)
+    assert metrics["pass@1[avg-of-3]"]["symbolic_correct"] == pytest.approx(0.0)
+    assert metrics["pass@1[avg-of-4]"]["symbolic_correct"] == pytest.approx(25.0)
+    # four distinct answers tie at every k; only the 4th ("4") is correct
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(0.0)
+    assert metrics["majority@4"]["symbolic_correct"] == pytest.approx(25.0)
+
+
+def test_pass_at_k_uses_all_samples_regardless_of_order():
+    late = compute_metrics(make_frame([["1", "2", "3", "4"]], [[False, False, False, True]]), ["symbolic_correct"])
+    early = compute_metrics(make_frame([["4", "2", "3", "1"]], [[True, False, False, False]]), ["symbolic_correct"])
+    for k in range(1, 5):
+        assert early[f"pass@{k}"]["symbolic_correct"] == pytest.approx(late[f"pass@{k}"]["symbolic_correct"])
+    # ... whereas avg-of-1 depends on which sample comes first
+    assert early["pass@1[avg-of-1]"]["symbolic_correct"] == pytest.approx(100.0)
+    assert late["pass@1[avg-of-1]"]["symbolic_correct"] == pytest.approx(0.0)
+
+
+# ---------------------------------------------------------------- majority voting
+
+
+def test_majority_tie_scores_mean_of_tied_groups():
+    # answers 1,2,1,2; the "1"s are correct, the "2"s are not
+    frame = make_frame([["1", "2", "1", "2"]], [[True, False, True, False]])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    # majority@2: ("1",T) x1 vs ("2",F) x1 -> tie -> (1+0)/2 = 50%
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(50.0)
+    # majority@3: "1" x2 beats "2" x1 -> correct -> 100%
+    assert metrics["majority@3"]["symbolic_correct"] == pytest.approx(100.0)
+    # majority@4: ("1",T) x2 vs ("2",F) x2 -> tie -> 50%
+    assert metrics["majority@4"]["symbolic_correct"] == pytest.approx(50.0)
+    # n=4, c=2: pass@1 = 1 - C(2,1)/4 = 50%, pass@2 = 1 - C(2,2)/C(4,2) = 1 - 1/6 = 83.33%, pass@3 = 100%
+    assert metrics["pass@1"]["symbolic_correct"] == pytest.approx(50.0)
+    assert metrics["pass@2"]["symbolic_correct"] == pytest.approx(100.0 * 5 / 6)
+    assert metrics["pass@3"]["symbolic_correct"] == pytest.approx(100.0)
+    # avg-of-k: first k of [1,0,1,0] -> 1, 1/2, 2/3, 1/2
+    assert metrics["pass@1[avg-of-1]"]["symbolic_correct"] == pytest.approx(100.0)
+    assert metrics["pass@1[avg-of-2]"]["symbolic_correct"] == pytest.approx(50.0)
+    assert metrics["pass@1[avg-of-3]"]["symbolic_correct"] == pytest.approx(200.0 / 3)
+    assert metrics["pass@1[avg-of-4]"]["symbolic_correct"] == pytest.approx(50.0)
+    for mode in metrics:
+        assert metrics[mode]["no_answer"] == 0.0
+
+
+def test_majority_groups_by_answer_and_correctness():
+    # the same answer "7" judged once correct, once not: NeMo-Skills counts (answer, correctness) pairs,
+    # so ("7",T) x1, ("7",F) x1, ("8",T) x1 tie three ways -> (1+0+1)/3
+    frame = make_frame([["7", "7", "8"]], [[True, False, True]])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    assert metrics["majority@3"]["symbolic_correct"] == pytest.approx(200.0 / 3)
+    # majority@2: ("7",T) and ("7",F) tie -> 50%
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(50.0)
+
+
+def test_majority_ignores_missing_answers():
+    # two missing answers do not outvote one real answer
+    frame = make_frame([[None, None, "5"]], [[False, False, True]])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(0.0)  # no valid answer among first 2 -> 0
+    assert metrics["majority@2"]["no_answer"] == pytest.approx(100.0)
+    assert metrics["majority@3"]["symbolic_correct"] == pytest.approx(100.0)  # only "5" counts
+    assert metrics["majority@3"]["no_answer"] == pytest.approx(0.0)
+
+
+def test_no_answers_at_all():
+    frame = make_frame([[None, None, None], [None, None, None]], [[False] * 3, [False] * 3])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    assert set(metrics) == {
+        "pass@1",
+        "pass@2",
+        "pass@3",
+        "pass@1[avg-of-1]",
+        "pass@1[avg-of-2]",
+        "pass@1[avg-of-3]",
+        "majority@2",
+        "majority@3",
+    }
+    for mode, mode_metrics in metrics.items():
+        assert mode_metrics["symbolic_correct"] == pytest.approx(0.0), mode
+        assert mode_metrics["no_answer"] == pytest.approx(100.0), mode
+        assert mode_metrics["num_entries"] == 2
+
+
+def test_no_answer_per_mode():
+    # problem 0: no answer at all; problem 1: first sample unanswered, then "5" twice (correct)
+    frame = make_frame([[None, None, None], [None, "5", "5"]], [[False, False, False], [False, True, True]])
+    metrics = compute_metrics(frame, ["symbolic_correct"])
+    # pass@k: share of problems whose first k are all missing
+    assert metrics["pass@1"]["no_answer"] == pytest.approx(100.0)  # both first samples missing
+    assert metrics["pass@2"]["no_answer"] == pytest.approx(50.0)  # problem 1 has "5" among first 2
+    assert metrics["pass@3"]["no_answer"] == pytest.approx(50.0)
+    # avg-of-k: mean share missing among first k
+    assert metrics["pass@1[avg-of-1]"]["no_answer"] == pytest.approx(100.0)
+    assert metrics["pass@1[avg-of-2]"]["no_answer"] == pytest.approx(75.0)  # (1 + 1/2) / 2
+    assert metrics["pass@1[avg-of-3]"]["no_answer"] == pytest.approx(100.0 * (1 + 1 / 3) / 2)
+    # majority@k: all first k missing
+    assert metrics["majority@2"]["no_answer"] == pytest.approx(50.0)
+    assert metrics["majority@3"]["no_answer"] == pytest.approx(50.0)
+    # scores: problem 0 never correct; problem 1 n=3, c=2
+    # pass@1 = (0 + 2/3)/2 = 33.33%; pass@2 = (0 + 1 - C(1,2)/C(3,2))/2 = (0+1)/2 = 50%
+    assert metrics["pass@1"]["symbolic_correct"] == pytest.approx(100.0 / 3)
+    assert metrics["pass@2"]["symbolic_correct"] == pytest.approx(50.0)
+    # avg-of-2: (0 + 1/2)/2 = 25%; majority@2: problem 0 has no answer -> 0, problem 1 -> "5" correct -> 50%
+    assert metrics["pass@1[avg-of-2]"]["symbolic_correct"] == pytest.approx(25.0)
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(50.0)
+
+
+# ---------------------------------------------------------------- several problems, tokens, statistics
+
+MIXED_ANSWERS = [["3", "3", "4"], ["1", "2", "2"], ["9", "8", "7"]]
+MIXED_CORRECT = [[True, True, False], [True, False, False], [False, False, True]]
+# per-problem mean tokens: 20, 5, 4/3 -> mean over problems (75 + 4) / 9 = 8.78 -> int() = 8 (not rounded to 9)
+MIXED_TOKENS = [[10, 20, 30], [5, 5, 5], [1, 1, 2]]
+
+
+def test_mixed_correctness_over_several_problems():
+    metrics = compute_metrics(make_frame(MIXED_ANSWERS, MIXED_CORRECT, MIXED_TOKENS), ["symbolic_correct"])
+    for mode_metrics in metrics.values():
+        assert mode_metrics["num_entries"] == 3
+        assert mode_metrics["avg_tokens"] == 8
+        assert isinstance(mode_metrics["avg_tokens"], int)
+    # pass@1: P0 c=2 -> 2/3, P1 c=1 -> 1/3, P2 c=1 -> 1/3 -> 4/9
+    assert metrics["pass@1"]["symbolic_correct"] == pytest.approx(400.0 / 9)
+    # pass@2: P0 1 - C(1,2)/3 = 1, P1 1 - C(2,2)/3 = 2/3, P2 2/3 -> 7/9
+    assert metrics["pass@2"]["symbolic_correct"] == pytest.approx(700.0 / 9)
+    assert metrics["pass@3"]["symbolic_correct"] == pytest.approx(100.0)
+    # avg-of-1: first samples T,T,F -> 2/3; avg-of-2: 1, 1/2, 0 -> 1/2; avg-of-3 = 4/9
+    assert metrics["pass@1[avg-of-1]"]["symbolic_correct"] == pytest.approx(200.0 / 3)
+    assert metrics["pass@1[avg-of-2]"]["symbolic_correct"] == pytest.approx(50.0)
+    assert metrics["pass@1[avg-of-3]"]["symbolic_correct"] == pytest.approx(400.0 / 9)
+    # majority@2: P0 "3" -> 1; P1 ("1",T)/("2",F) tie -> 1/2; P2 ("9",F)/("8",F) tie -> 0 -> 1.5/3
+    assert metrics["majority@2"]["symbolic_correct"] == pytest.approx(50.0)
+    # majority@3: P0 "3" x2 -> 1; P1 "2" x2 -> 0; P2 three-way tie F,F,T -> 1/3 -> (4/3)/3
+    assert metrics["majority@3"]["symbolic_correct"] == pytest.approx(400.0 / 9)
+    # pass@1[avg-of-1] has no statistics, k >= 2 do
+    assert "symbolic_correct_statistics" not in metrics["pass@1[avg-of-1]"]
+    assert "symbolic_correct_statistics" not in metrics["pass@3"]
+    assert "symbolic_correct_statistics" not in metrics["majority@3"]
+
+
+def test_statistics_on_mixed_frame():
+    metrics = compute_metrics(make_frame(MIXED_ANSWERS, MIXED_CORRECT, MIXED_TOKENS), ["symbolic_correct"])
+    two = metrics["pass@1[avg-of-2]"]["symbolic_correct_statistics"]
+    # runs: run0 = [1,1,0] -> 2/3, run1 = [1,0,0] -> 1/3; stdev = (1/3)/sqrt(2)
+    assert two["avg"] == pytest.approx(0.5)
+    assert two["std_dev_across_runs"] == pytest.approx(1 / 3 / math.sqrt(2))
+    assert two["std_err_across_runs"] == pytest.approx(1 / 6)  # (1/3)/sqrt(2)/sqrt(2)
+    # per problem stdev of first 2: [1,1] -> 0, [1,0] -> sqrt(1/2), [0,0] -> 0
+    assert two["avg_sample_std_dev"] == pytest.approx(math.sqrt(0.5) / 3)
+    three = metrics["pass@1[avg-of-3]"]["symbolic_correct_statistics"]
+    # runs 2/3, 1/3, 1/3: mean 4/9, deviations 2/9, -1/9, -1/9 -> var (6/81)/2 = 1/27
+    assert three["avg"] == pytest.approx(4 / 9)
+    assert three["std_dev_across_runs"] == pytest.approx(math.sqrt(1 / 27))
+    assert three["std_err_across_runs"] == pytest.approx(math.sqrt(1 / 27) / math.sqrt(3))
+    # every problem has one odd one out of three: stdev = sqrt(1/3)
+    assert three["avg_sample_std_dev"] == pytest.approx(math.sqrt(1 / 3))
+
+
+def test_statistics_nemo_skills_docstring_example():
+    # NeMo-Skills BaseMetrics._add_std_metrics docstring: 3 samples x 4 attempts
+    scores = [[1, 0, 1, 0], [1, 1, 0, 0], [0, 1, 1, 1]]
+    frame = make_frame([["x"] * 4] * 3, [[bool(s) for s in row] for row in scores])
+    stats = compute_metrics(frame, ["symbolic_correct"])["pass@1[avg-of-4]"]["symbolic_correct_statistics"]
+    # run i = attempt i of every sample: [1,1,0], [0,1,1], [1,0,1], [0,0,1] -> 2/3, 2/3, 2/3, 1/3.
+    # stdev([2/3, 2/3, 2/3, 1/3]) = sqrt((3 * (1/12)^2 + (3/12)^2) / 3) = 1/6 ~ 0.1667.
+    # (The docstring prints ~0.1925, an arithmetic slip: that is stdev([2/3, 2/3, 1/3, 1/3]); NeMo-Skills'
+    # code, np.std(run_averages, ddof=1), gives 1/6 for this data.)
+    assert stats["std_dev_across_runs"] == pytest.approx(statistics.stdev([2 / 3, 2 / 3, 2 / 3, 1 / 3]))
+    assert stats["std_dev_across_runs"] == pytest.approx(1 / 6)
+    assert stats["std_err_across_runs"] == pytest.approx(1 / 12)  # (1/6) / sqrt(4)
+    # per sample: stdev([1,0,1,0]) = stdev([1,1,0,0]) = sqrt(1/3) ~ 0.5774, stdev([0,1,1,1]) = 0.5 -> mean ~ 0.5515
+    assert stats["avg_sample_std_dev"] == pytest.approx((2 * math.sqrt(1 / 3) + 0.5) / 3)
+    assert stats["avg_sample_std_dev"] == pytest.approx(0.5515, abs=1e-4)
+    assert stats["avg"] == pytest.approx(7 / 12)
+    # statistics are fractions, the score itself a percentage
+    assert compute_metrics(frame, ["symbolic_correct"])["pass@1[avg-of-4]"]["symbolic_correct"] == pytest.approx(
+        100 * 7 / 12
+    )
+
+
+def test_second_score_column_judge_correct():
+    # symbolic: "7" right, "8" wrong; judge disagrees on the second "7" and on "8"
+    frame = make_frame([["7", "7", "8"]], [[True, True, False]], judge=[[True, False, True]])
+    metrics = compute_metrics(frame, ["symbolic_correct", "judge_correct"])
+    for mode_metrics in metrics.values():
+        assert "symbolic_correct" in mode_metrics
+        assert "judge_correct" in mode_metrics
+    # majority@3: symbolic ("7",T) x2 wins -> 100; judge ("7",T),("7",F),("8",T) tie -> 2/3
+    assert metrics["majority@3"]["symbolic_correct"] == pytest.approx(100.0)
+    assert metrics["majority@3"]["judge_correct"] == pytest.approx(200.0 / 3)
+    # avg-of-2: symbolic [1,1] -> 100, judge [1,0] -> 50
+    assert metrics["pass@1[avg-of-2]"]["symbolic_correct"] == pytest.approx(100.0)
+    assert metrics["pass@1[avg-of-2]"]["judge_correct"] == pytest.approx(50.0)
+    # both have c=2 of n=3: pass@1 = 2/3, pass@2 = 1
+    assert metrics["pass@1"]["judge_correct"] == pytest.approx(200.0 / 3)
+    assert metrics["pass@2"]["judge_correct"] == pytest.approx(100.0)
+    symbolic_stats = metrics["pass@1[avg-of-2]"]["symbolic_correct_statistics"]
+    judge_stats = metrics["pass@1[avg-of-2]"]["judge_correct_statistics"]
+    assert symbolic_stats["std_dev_across_runs"] == pytest.approx(0.0)
+    # one problem: run means 1 and 0 -> stdev sqrt(1/2); per-sample stdev([1,0]) likewise
+    assert judge_stats["std_dev_across_runs"] == pytest.approx(math.sqrt(0.5))
+    assert judge_stats["avg_sample_std_dev"] == pytest.approx(math.sqrt(0.5))
+    assert judge_stats["avg"] == pytest.approx(0.5)
+    # no_answer does not depend on the score column
+    assert metrics["majority@3"]["no_answer"] == 0.0
+
+
+def test_result_does_not_depend_on_row_order():
+    frame = make_frame(MIXED_ANSWERS, MIXED_CORRECT, MIXED_TOKENS)
+    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=7)
+    assert shuffled["problem_index"].to_list() != frame["problem_index"].to_list()
+    assert_nested_close(compute_metrics(shuffled, ["symbolic_correct"]), compute_metrics(frame, ["symbolic_correct"]))
+
+
+def assert_nested_close(actual, expected, where: str = "") -> None:
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and set(actual) == set(expected), where
+        for key in expected:
+            assert_nested_close(actual[key], expected[key], f"{where}/{key}")
+    else:
+        assert actual == pytest.approx(expected, abs=1e-9), where
+
+
+# ---------------------------------------------------------------- input errors
+
+
+def test_unequal_samples_per_problem_raises():
+    frame = make_frame([["1", "2"], ["1"]], [[True, False], [True]])
+    with pytest.raises(SnakeskillsError, match="different numbers of samples"):
+        compute_metrics(frame, ["symbolic_correct"])
+
+
+def test_missing_score_column_raises():
+    frame = make_frame([["1", "2"]], [[True, False]])
+    with pytest.raises(SnakeskillsError, match="judge_correct"):
+        compute_metrics(frame, ["symbolic_correct", "judge_correct"])
+
+
+# ---------------------------------------------------------------- table
+
+
+def test_format_table_shows_headline_modes_of_largest_k():
+    metrics = compute_metrics(make_frame(MIXED_ANSWERS, MIXED_CORRECT, MIXED_TOKENS), ["symbolic_correct"])
+    assert max_k(metrics) == 3
+    assert headline_modes(metrics) == ["pass@1[avg-of-3]", "majority@3", "pass@3"]
+    table = format_table("arith", metrics)
+    lines = table.splitlines()
+    assert "arith" in lines[0] and lines[0].startswith("-")
+    assert lines[1].split(" | ")[0].strip() == "evaluation_mode"
+    assert "symbolic_correct" in lines[1] and "no_answer" in lines[1]
+    assert "_statistics" not in table
+    rows = {line.split(" | ")[0].strip(): line for line in lines[2:]}
+    assert list(rows) == ["pass@1[avg-of-3]", "majority@3", "pass@3"]
+    # avg-of-3: 44.44% ± 100 * sqrt(1/27) = 19.25%
+    assert "44.44% ± 19.25%" in rows["pass@1[avg-of-3]"]
+    assert "± " not in rows["majority@3"] and "± " not in rows["pass@3"]
+    assert "44.44%" in rows["majority@3"]
+    assert "100.00%" in rows["pass@3"]
+    for row in rows.values():
+        cells = [cell.strip() for cell in row.split(" | ")]
+        assert cells[1:3] == ["3", "8"]  # num_entries, avg_tokens
+    assert "pass@2" not in table and "majority@2" not in table
+    assert table.endswith("\n")
+
+
+def test_format_table_single_sample_has_no_majority_or_spread():
+    metrics = compute_metrics(make_frame([["1"], ["2"]], [[True], [False]]), ["symbolic_correct"])
+    assert set(metrics) == {"pass@1", "pass@1[avg-of-1]"}
+    table = format_table("one", metrics)
+    assert "majority" not in table
+    assert "±" not in table
+    assert "pass@1[avg-of-1]" in table and "50.00%" in table
+
+
+# ---------------------------------------------------------------- reference implementation on random data
+
+
+def reference_metrics(problems: list[list[dict]], score_columns: list[str]) -> dict[str, dict]:
+    """NeMo-Skills' per-problem accumulation, written out plainly."""
+    n = len(problems[0])
+    sums: dict[str, Counter] = {}
+    for samples in problems:
+        answers = [sample["answer"] for sample in samples]
+        for k in range(1, n + 1):
+            for column in score_columns:
+                scores = [int(sample[column]) for sample in samples]
+                c = sum(scores)
+                pass_k = 1.0 - (math.comb(n - c, k) / math.comb(n, k) if n - c >= k else 0.0)
+                sums.setdefault(f"pass@{k}", Counter())[column] += pass_k
+                sums.setdefault(f"pass@1[avg-of-{k}]", Counter())[column] += sum(scores[:k]) / k
+                if k >= 2:
+                    valid = [(a, s) for a, s in zip(answers[:k], scores[:k], strict=True) if a is not None]
+                    if valid:
+                        counts = Counter(valid)
+                        top = max(counts.values())
+                        tied = [score for (_, score), count in counts.items() if count == top]
+                        majority = sum(tied) / len(tied)
+                    else:
+                        majority = 0
+                    sums.setdefault(f"majority@{k}", Counter())[column] += majority
+            missing = [answer is None for answer in answers[:k]]
+            sums[f"pass@{k}"]["no_answer"] += all(missing)
+            sums[f"pass@1[avg-of-{k}]"]["no_answer"] += sum(missing) / k
+            if k >= 2:
+                sums[f"majority@{k}"]["no_answer"] += all(missing)
+    total = len(problems)
+    avg_tokens = int(sum(sum(s["tokens"] for s in samples) / n for samples in problems) / total)
+    result = {}
+    for mode, mode_sums in sums.items():
+        result[mode] = {"num_entries": total, "avg_tokens": avg_tokens}
+        for key, value in mode_sums.items():
+            result[mode][key] = 100.0 * value / total
+    for column in score_columns:
+        for k in range(2, n + 1):
+            runs = [sum(int(samples[i][column]) for samples in problems) / total for i in range(k)]
+            std = statistics.stdev(runs)
+            result[f"pass@1[avg-of-{k}]"][f"{column}_statistics"] = {
+                "avg": statistics.fmean(sum(int(s[column]) for s in samples[:k]) / k for samples in problems),
+                "std_dev_across_runs": std,
+                "std_err_across_runs": std / math.sqrt(k),
+                "avg_sample_std_dev": statistics.fmean(
+                    statistics.stdev([int(s[column]) for s in samples[:k]]) for samples in problems
+                ),
+            }
+    return result
+
+
+def test_matches_reference_on_random_frame():
+    rng = random.Random(1234)
+    num_problems, num_samples = 50, 5
+    problems = [
+        [
+            {
+                "answer": rng.choice(["1", "2", "3", None]),
+                "symbolic_correct": rng.random() < 0.5,
+                "judge_correct": rng.random() < 0.4,
+                "tokens": rng.randint(1, 100),
+            }
+            for _ in range(num_samples)
+        ]
+        for _ in range(num_problems)
+    ]
+    frame = make_frame(
+        [[s["answer"] for s in samples] for samples in problems],
+        [[s["symbolic_correct"] for s in samples] for samples in problems],
+        [[s["tokens"] for s in samples] for samples in problems],
+        judge=[[s["judge_correct"] for s in samples] for samples in problems],
+    ).sample(fraction=1.0, shuffle=True, seed=5)
+    columns = ["symbolic_correct", "judge_correct"]
+    expected = reference_metrics(problems, columns)
+    actual = compute_metrics(frame, columns)
+    assert len(actual) == 3 * num_samples - 1  # pass@k, avg-of-k for k=1..5, majority@k for k=2..5
+    assert_nested_close(actual, expected)
+    # the random data really exercises tied majorities and problems without any answer
+    assert actual["majority@2"]["no_answer"] > 0
+
+    def has_tie(samples, k):
+        counts = Counter((s["answer"], s["symbolic_correct"]) for s in samples[:k] if s["answer"] is not None)
+        return len(counts) > 1 and list(counts.values()).count(max(counts.values())) > 1
+
+    assert sum(has_tie(samples, 4) for samples in problems) >= 5
