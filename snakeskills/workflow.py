@@ -31,3 +31,19 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             raise SystemExit(1) from None
         finally:
             sys.stderr = console
+
+
+def snakemake_command(snakefile, workdir, configfile, *arguments: str) -> list[str]:
+    """The command that runs the real ``snakemake`` on ``snakefile`` in ``workdir`` (tests, benchmarks)."""
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        *arguments,
+    ]

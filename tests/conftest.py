@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from snakeskills.workflow import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
@@ -15,18 +16,7 @@ DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 
 def run_snakemake(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CONFIG, timeout: int = 1200):
     """Run snakemake on the repo's Snakefile with `workdir` as working directory; returns the process."""
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(configfile),
-        *arguments,
-    ]
+    command = snakemake_command(REPO / "Snakefile", workdir, configfile, *arguments)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir)
 
 

@@ -68,3 +68,16 @@ def test_lint_is_clean(tmp_path):
     output = process.stdout + process.stderr
     assert process.returncode == 0, output
     assert "Lints for" not in output, output
+
+
+def test_ruff_is_clean():
+    import shutil
+    import subprocess
+
+    from conftest import REPO
+
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff is part of the [test] extra"
+    for command in ([ruff, "check", "."], [ruff, "format", "--check", "."]):
+        process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        assert process.returncode == 0, process.stdout + process.stderr
