@@ -17,7 +17,7 @@ from pathlib import Path
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, touch_done, write_jsonl
-from snakeskills.prompts import build_messages, render_messages
+from snakeskills.prompts import format_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,7 @@ def generate_chunk(
         batch = chunk[batch_start : batch_start + rows_per_flush]
         requests = [
             GenerationRequest(
-                prompt=render_messages(
-                    build_messages(prompt_config, record),
-                    chat_template=prompt_config["chat_template"],
-                    tokenizer=tokenizer,
-                ),
+                prompt=format_prompt(prompt_config, record, tokenizer),
                 seed=row_seed(random_seed, record["id"]),
             )
             for record in batch
