@@ -19,10 +19,12 @@ include: "rules/eval.smk"
 include: "rules/report.smk"
 
 
-# Cheap aggregation rules: on a cluster (profiles/slurm) they run in the main Snakemake process
+# Cheap aggregation rules and the settings files: on a cluster (profiles/slurm) they run in the main Snakemake process
 # instead of being submitted as jobs.
 localrules:
     all,
+    generation_settings,
+    llm_judge_settings,
     merge_judged,
     eval,
     plot_pass_at_1,

@@ -6,6 +6,7 @@ from snakemake.utils import min_version, validate
 
 from snakeskills.data.prepare import apply_presets, check_benchmark_specs, check_splits, local_source_files
 from snakeskills.prompts import resolve_prompt
+from snakeskills.workflow import JobSettings
 
 min_version("9.0")
 
@@ -97,7 +98,8 @@ TINY_MODEL = str(RESULTS / "models/{model}/checkpoint")
 ADAPTER = str(RESULTS / "models/{model}/adapter")
 MERGED_MODEL = str(RESULTS / "models/{model}/merged")
 GENERATED = str(RESULTS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
-GENERATED_DONE = f"{GENERATED}.done"
+GENERATION_SETTINGS = str(RESULTS / "settings/generate/{model}/{benchmark}/{split}.json")
+LLM_JUDGE_SETTINGS = str(RESULTS / "settings/llm_judge.json")
 JUDGED_CHUNK = str(RESULTS / "judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
 LLM_JUDGED_CHUNK = str(RESULTS / "judge-llm/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
 JUDGED = str(RESULTS / "judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl")
@@ -196,8 +198,11 @@ def seeds_for_split(split):
 
 
 def rule_judge_config():
-    """The settings that decide rule-based verdicts (worker count and LLM judge left out: they must not rerun it)."""
-    return {key: value for key, value in config["judge"].items() if key not in ("llm", "threads")}
+    """The settings that decide rule-based verdicts (worker count and LLM judge left out: they must not rerun it).
+
+    A JobSettings: the judge's shell command receives it as one quoted JSON argument.
+    """
+    return JobSettings({key: value for key, value in config["judge"].items() if key not in ("llm", "threads")})
 
 
 def judge_threads():

@@ -1,20 +1,37 @@
-rule generate:
+rule generation_settings:
     input:
         split=PREPARED,
         model=generation_model_inputs,
     output:
-        generations=GENERATED,
-        done=GENERATED_DONE,
+        GENERATION_SETTINGS,
     params:
+        split=lambda wildcards, input: input.split,
+        model=config["model"],
         model_path=base_model_path,
         adapter_path=lambda wildcards: adapter_path(wildcards.model),
-        model=config["model"],
         generation=config["generation"],
         prompt=PROMPT,
+    log:
+        LOGS / "settings/generate/{model}/{benchmark}/{split}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../scripts/write_settings.py"
+
+
+# A shell: rule: the bulk of a large run's jobs, which Snakemake plans for less than script: jobs.
+# Its one input, the settings file, names the prepared split and the model and carries the dependency
+# on both; the command passes only paths, the job's wildcards ("name=value,...") and threads, quoted.
+rule generate:
+    input:
+        GENERATION_SETTINGS,
+    output:
+        GENERATED,
     log:
         LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     conda:
         GENERATION_ENV
-    script:
-        "../scripts/generate.py"
+    shell:
+        "python3 -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
+        " --threads {threads} --output {output:q} --log {log:q}"

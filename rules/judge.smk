@@ -1,7 +1,8 @@
+# shell: rules for the per-chunk jobs, as generate (rules/generate.smk); the rule-based judge's few
+# settings go as one quoted JSON argument (a JobSettings param, also the params rerun trigger).
 rule judge:
     input:
-        generations=GENERATED,
-        done=GENERATED_DONE,
+        GENERATED,
     output:
         JUDGED_CHUNK,
     params:
@@ -11,25 +12,39 @@ rule judge:
     threads: judge_threads()
     conda:
         "../envs/judge.yaml"
+    shell:
+        "python3 -m snakeskills.cli judge --settings-json {params.judge:q} --threads {threads}"
+        " --input {input:q} --output {output:q} --log {log:q}"
+
+
+rule llm_judge_settings:
+    output:
+        LLM_JUDGE_SETTINGS,
+    params:
+        llm=config["judge"]["llm"],
+        prompt=JUDGE_PROMPT,
+    log:
+        LOGS / "settings/llm_judge.log",
+    conda:
+        "../envs/data.yaml"
     script:
-        "../scripts/judge.py"
+        "../scripts/write_settings.py"
 
 
 rule llm_judge:
     input:
+        settings=LLM_JUDGE_SETTINGS,
         judged=JUDGED_CHUNK,
     output:
         LLM_JUDGED_CHUNK,
-    params:
-        llm=config["judge"]["llm"],
-        prompt=JUDGE_PROMPT,
     log:
         LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     conda:
         LLM_JUDGE_ENV
-    script:
-        "../scripts/llm_judge.py"
+    shell:
+        "python3 -m snakeskills.cli llm-judge --settings {input.settings:q} --threads {threads}"
+        " --input {input.judged:q} --output {output:q} --log {log:q}"
 
 
 rule merge_judged:

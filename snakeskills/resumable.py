@@ -35,6 +35,8 @@ def process_resumable(
 ) -> dict:
     """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts."""
     progress_path = progress_path_for(output_path)
+    if done_path is not None:  # a marker left by an earlier run must not vouch for this one's output
+        Path(done_path).unlink(missing_ok=True)
     done_rows = read_jsonl(progress_path) if progress_path.exists() else []
     if [row["id"] for row in done_rows] != [row["id"] for row in rows[: len(done_rows)]]:
         logger.warning("progress file %s does not match these rows; starting over", progress_path)

@@ -1,14 +1,16 @@
-"""Glue for the workflow's ``script:`` entry points: logging to the rule's log, clear failures."""
+"""Glue for the workflow's job entry points (``script:`` files, ``snakeskills.cli``): logs, settings, failures."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
 from collections.abc import Iterator
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.io import read_json, write_json
 
 
 @contextlib.contextmanager
@@ -52,3 +54,32 @@ def snakemake_command(snakefile, workdir, configfile, *arguments: str) -> list[s
         str(configfile),
         *arguments,
     ]
+
+
+class JobSettings(dict):
+    """A rule's settings, handed to a ``shell:`` job as one quoted JSON argument: ``{params.name:q}``.
+
+    Snakemake passes a dict param through untouched (a string param would be formatted with
+    wildcards), records its ``repr`` for the params rerun trigger, and formats it here as JSON.
+    """
+
+    def __init__(self, settings: dict) -> None:
+        super().__init__(settings)
+        self.json = json.dumps(settings, sort_keys=True)  # formatted 3 times per job when planning
+
+    def __format__(self, format_spec: str) -> str:
+        return self.json
+
+
+def write_job_settings(path: str | os.PathLike, settings: dict) -> None:
+    """Write a job's settings file (JSON, atomically): what a model-loading job runs with, for all to read."""
+    write_json(path, settings)
+
+
+def read_job_settings(path: str | os.PathLike, keys: tuple[str, ...]) -> dict:
+    """Read a settings file written by ``write_job_settings``; fails naming the file and a missing key."""
+    settings = read_json(path)
+    missing = [key for key in keys if key not in settings]
+    if missing:
+        raise SnakeskillsError(f"{path}: settings file lacks {', '.join(missing)}; rerun its settings rule")
+    return settings

@@ -117,6 +117,8 @@ with SnakemakeApi(OutputSettings()) as api:
             "conda": rule.conda_env,
             "snakefile": str(rule.snakefile),
             "runs": bool(rule.script or rule.shellcmd),
+            "shellcmd": rule.shellcmd,
+            "param_types": {name: type(value).__name__ for name, value in rule.params.items()},
         }
         for rule in workflow.rules
     }
@@ -125,7 +127,8 @@ print("RULES " + json.dumps(rules))
 
 
 def rule_envs(tmp_path: Path, mutate) -> dict[str, dict]:
-    """{rule: {conda, snakefile, runs}} of the workflow loaded (not run) on the default config after ``mutate``."""
+    """{rule: {conda, snakefile, runs, shellcmd, param_types}} of the workflow loaded (not run) on the
+    default config after ``mutate``."""
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     mutate(config)
     configfile = tmp_path / "config.yaml"
@@ -180,3 +183,31 @@ def test_every_rule_names_an_existing_env(tmp_path, variant):
         assert env.parent == REPO / "envs"
     for name, stem in expected.items():
         assert Path(rules[name]["conda"]).stem == stem, (name, rules[name]["conda"])
+
+
+# what a shell: command may contain: threads, the job's wildcards and files, and JobSettings params
+# (one JSON argument), every value shell-quoted
+SAFE_SHELL_FIELD = re.compile(r"threads|(?:wildcards|input|output|log)(?:\.\w+)?:q|params\.(?P<param>\w+):q")
+
+
+@pytest.mark.parametrize("variant", ["default", "openai-judge"])
+def test_shell_commands_take_no_config_text(tmp_path, variant):
+    """Config values (model names, paths, prompts) never reach a shell as text to be parsed.
+
+    The per-chunk rules are shell: rules; their commands may only hold quoted paths, wildcards,
+    threads, and settings as one quoted JSON argument (JobSettings). Everything else runs as
+    script: rules, and no rule has run: code.
+    """
+    rules = rule_envs(tmp_path, VARIANTS[variant][0])
+    shell_rules = {name: rule for name, rule in rules.items() if rule["shellcmd"]}
+    assert {"generate", "judge"} <= shell_rules.keys()
+    for name, rule in shell_rules.items():
+        fields = re.findall(r"{([^{}]*)}", rule["shellcmd"])
+        assert fields, name
+        for field in fields:
+            match = SAFE_SHELL_FIELD.fullmatch(field)
+            assert match, f"rule {name}: shell field {{{field}}} is not a quoted path, wildcard or settings"
+            if match["param"]:
+                assert rule["param_types"][match["param"]] == "JobSettings", (name, field)
+    for rules_file in [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]:
+        assert "run:" not in rules_file.read_text(), rules_file

@@ -32,7 +32,7 @@ def local_checkpoint_config(tmp_path, checkpoint, **overrides) -> tuple[dict, ob
             }
         },
         "train_benchmarks": ["arithmetic"],
-        # shell syntax in config values is data, never run: no rule uses shell: with config values
+        # shell syntax in config values is data, never run (tests/test_envs.py checks the shell: commands)
         "prompt": {"system": "Add. $(touch PWNED) `touch PWNED2`;", "user": "{problem}=", "chat_template": True},
         "num_seeds": 2,
         "num_chunks": 2,
@@ -152,10 +152,3 @@ def test_a_split_no_benchmark_has_names_the_key(tmp_path, tiny_checkpoint, key, 
     output = process.stdout + process.stderr
     assert process.returncode != 0
     assert f"config key {key}: benchmark 'arithmetic' has no split {split!r}" in output
-
-
-def test_no_rule_runs_a_shell_command():
-    """Config values (model names, paths, prompts) reach jobs only as Python values through `script:`."""
-    for rules_file in [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]:
-        text = rules_file.read_text()
-        assert "shell:" not in text and "run:" not in text, rules_file

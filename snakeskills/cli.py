@@ -1,0 +1,151 @@
+"""Entry points of the per-chunk jobs (generate, judge, llm_judge), run by ``shell:`` rules.
+
+These rules make up nearly all of a large run's jobs (10,000 generate and 10,000 judge jobs at
+100 chunks x 16 seeds x 3 benchmarks x 2 models), and Snakemake plans a ``shell:`` job for less than
+a ``script:`` job (bench/planning.py). Like a ``script:`` file, each command only unpacks its
+arguments and calls the package. Settings never pass through the shell as text to be parsed by it:
+a job that loads a model reads a settings file (``settings/generate/{model}/{benchmark}/{split}.json``
+names the prepared split too), and the rule-based
+judge gets its few settings as one quoted JSON argument.
+
+    python3 -m snakeskills.cli generate --wildcards seed=N,chunk=K,num_chunks=C,... --settings S \
+        --threads T --output O --log L
+    python3 -m snakeskills.cli judge --settings-json JSON --threads T --input I --output O --log L
+    python3 -m snakeskills.cli llm-judge --settings S --threads T --input I --output O --log L
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.workflow import read_job_settings, script_logging
+
+GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt")
+LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
+
+
+def parse_wildcards(text: str) -> dict[str, str]:
+    """Snakemake's formatted wildcards, ``chunk=0,model=base,num_chunks=2,seed=1``, as a dict."""
+    wildcards = {}
+    for item in text.split(","):
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise argparse.ArgumentTypeError(f"wildcards must be name=value,...; got {text!r}")
+        wildcards[name] = value
+    missing = {"seed", "chunk", "num_chunks"} - wildcards.keys()
+    if missing:
+        raise argparse.ArgumentTypeError(f"wildcards {text!r} lack {', '.join(sorted(missing))}")
+    return wildcards
+
+
+def run_generate(arguments: argparse.Namespace) -> None:
+    from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.generate import generate_chunk
+
+    with script_logging(arguments.log) as logger:
+        settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
+        generation = settings["generation"]
+        backend = backend_from_config(
+            generation,
+            settings["model"],
+            model_path=settings["model_path"],
+            adapter_path=settings["adapter_path"],
+            threads=arguments.threads,
+            chat_template=settings["prompt"]["chat_template"],
+        )
+        counts = generate_chunk(
+            backend=backend,
+            prepared_path=settings["split"],
+            output_path=arguments.output,
+            done_path=f"{arguments.output}.done",
+            chunk_index=int(arguments.wildcards["chunk"]),
+            num_chunks=int(arguments.wildcards["num_chunks"]),
+            random_seed=int(arguments.wildcards["seed"]),
+            prompt_config=settings["prompt"],
+            sampling=sampling_from_config(generation["sampling"]),
+            rows_per_flush=generation["rows_per_flush"],
+        )
+        logger.info("generate done: %s", counts)
+
+
+def run_judge(arguments: argparse.Namespace) -> None:
+    from snakeskills.io import read_jsonl, write_jsonl
+    from snakeskills.judge import judge_records
+
+    with script_logging(arguments.log) as logger:
+        try:
+            settings = json.loads(arguments.settings_json)
+        except json.JSONDecodeError as error:
+            raise SnakeskillsError(f"--settings-json is not JSON ({error.msg})") from None
+        records = read_jsonl(arguments.input)
+        judged = judge_records(records, settings, num_workers=arguments.threads)
+        rows = write_jsonl(arguments.output, judged)
+        logger.info("judged %d rows", rows)
+
+
+def run_llm_judge(arguments: argparse.Namespace) -> None:
+    from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.llm_judge import llm_judge_chunk
+
+    with script_logging(arguments.log) as logger:
+        settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
+        llm = settings["llm"]
+        backend = backend_from_config(
+            llm["generation"],
+            llm["model"],
+            model_path=llm["model"]["path"],
+            adapter_path=None,
+            threads=arguments.threads,
+            chat_template=settings["prompt"]["chat_template"],
+        )
+        counts = llm_judge_chunk(
+            backend=backend,
+            judged_path=arguments.input,
+            output_path=arguments.output,
+            prompt=settings["prompt"],
+            sampling=sampling_from_config(llm["generation"]["sampling"]),
+            rows_per_flush=llm["generation"]["rows_per_flush"],
+        )
+        logger.info("llm judge done: %s", counts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m snakeskills.cli", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, run, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(run=run)
+        sub.add_argument("--threads", type=int, required=True, help="cores the job was given")
+        sub.add_argument("--output", required=True, help="the JSONL file to write")
+        sub.add_argument("--log", required=True, help="the job's log file")
+        return sub
+
+    generate = command("generate", run_generate, "generate one chunk of a split with one random seed")
+    generate.add_argument("--settings", required=True, help="settings/generate/{model}/{benchmark}/{split}.json")
+    generate.add_argument(
+        "--wildcards",
+        type=parse_wildcards,
+        required=True,
+        help="the job's wildcards: name=value,... (seed, chunk, num_chunks)",
+    )
+
+    judge = command("judge", run_judge, "judge one chunk of generations (rule-based)")
+    judge.add_argument("--settings-json", required=True, help="the judge settings, as JSON")
+    judge.add_argument("--input", required=True, help="the generated chunk (JSONL)")
+
+    llm_judge = command("llm-judge", run_llm_judge, "judge one judged chunk again with an LLM")
+    llm_judge.add_argument("--settings", required=True, help="settings/llm_judge.json")
+    llm_judge.add_argument("--input", required=True, help="the rule-based judged chunk (JSONL)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = build_parser().parse_args(argv)
+    arguments.run(arguments)
+
+
+if __name__ == "__main__":
+    main()
