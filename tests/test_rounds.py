@@ -70,6 +70,8 @@ def judged_models(inputs) -> list[str]:
     return sorted({re.search(r"/judge/([^/]+)/", path).group(1) for path in inputs})
 
 
+GENERATION_SETTINGS = "results/rounds/settings/generate/{model}/{benchmark}/{split}.json"
+
 # ---------------------------------------------------------------- rounds in the DAG (dry runs)
 
 
@@ -98,9 +100,13 @@ def test_continue_trains_from_the_previous_adapter(tmp_path):
     assert adapters(continued, "round1") == []
     assert adapters(continued, "round2") == ["results/rounds/models/round1/adapter"]
     assert adapters(continued, "round3") == ["results/rounds/models/round2/adapter"]
-    # round r generates its successor's data with its own adapter
+    # round r generates its successor's data with its own adapter (named by its generation settings)
+    settings = [
+        job for job in continued if job["rule"] == "generation_settings" and job["wildcards"]["model"] == "round2"
+    ]
+    assert settings and all("results/rounds/models/round2/adapter" in job["input"] for job in settings)
     generate = [job for job in continued if job["rule"] == "generate" and job["wildcards"]["model"] == "round2"]
-    assert generate and all("results/rounds/models/round2/adapter" in job["input"] for job in generate)
+    assert generate and all(job["input"] == [GENERATION_SETTINGS.format(**job["wildcards"])] for job in generate)
 
 
 def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):

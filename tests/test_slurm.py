@@ -33,7 +33,7 @@ RESULTS = "results/tiny-arithmetic"
 # rules whose jobs go to SLURM, and the ones the Snakefile's `localrules:` keeps in the main process
 # (named by their log folder under results/<experiment>/logs/)
 SUBMITTED = {"prepare_data", "build_tiny_model", "generate", "judge", "summarize", "sft_data", "sft"}
-LOCAL = {"merge_judged", "eval", "report"}
+LOCAL = {"merge_judged", "eval", "report", "settings"}  # report: the plots; settings: the settings files
 GPU_RULES = {"generate", "sft"}
 # the environment a user's login shell may carry that would point sbatch elsewhere
 SLURM_VARIABLES = ("SBATCH_PARTITION", "SBATCH_ACCOUNT", "SLURM_JOB_ID", "SLURM_CONF")
