@@ -19,8 +19,8 @@ include: "rules/eval.smk"
 include: "rules/report.smk"
 
 
-# Cheap aggregation rules and the settings files: on a cluster (profiles/slurm) they run in the main Snakemake process
-# instead of being submitted as jobs.
+# Cheap aggregation rules and the settings files: on a cluster (profiles/slurm) they run in the main
+# Snakemake process instead of being submitted as jobs.
 localrules:
     all,
     generation_settings,

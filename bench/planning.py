@@ -172,13 +172,12 @@ def main() -> None:
         workflow_dir.mkdir()
         configfile = scratch / "scale.yaml"
         configfile.write_text(yaml.safe_dump(scale_config(), sort_keys=False))
+        _, workflow_plan = snakemake(REPO / "Snakefile", workflow_dir, environment, "-n", configfile=configfile)
+        total = job_total(workflow_plan)
         runs = {
             "workflow": (REPO / "Snakefile", workflow_dir, {"configfile": configfile}),
-            "bare": (None, scratch / "bare", {}),
+            "bare": (write_bare(scratch / "bare", total), scratch / "bare", {}),
         }
-        _, workflow_plan = snakemake(*runs["workflow"][:2], environment, "-n", **runs["workflow"][2])
-        total = job_total(workflow_plan)
-        runs["bare"] = (write_bare(scratch / "bare", total), scratch / "bare", {})
 
         def timed(name: str, state: str) -> tuple[float, str]:
             snakefile, workdir, kwargs = runs[name]

@@ -4,9 +4,9 @@ These rules make up nearly all of a large run's jobs (10,000 generate and 10,000
 100 chunks x 16 seeds x 3 benchmarks x 2 models), and Snakemake plans a ``shell:`` job for less than
 a ``script:`` job (bench/planning.py). Like a ``script:`` file, each command only unpacks its
 arguments and calls the package. Settings never pass through the shell as text to be parsed by it:
-a job that loads a model reads a settings file (``settings/generate/{model}/{benchmark}/{split}.json``
-names the prepared split too), and the rule-based
-judge gets its few settings as one quoted JSON argument.
+a job that loads a model reads a settings file (``settings/generate/{model}/{benchmark}/{split}.json``,
+which also names the prepared split), and the rule-based judge gets its few settings as one quoted
+JSON argument.
 
     python3 -m snakeskills.cli generate --wildcards seed=N,chunk=K,num_chunks=C,... --settings S \
         --threads T --output O --log L

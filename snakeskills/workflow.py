@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import read_json, write_json
+from snakeskills.io import read_json
 
 
 @contextlib.contextmanager
@@ -71,13 +71,8 @@ class JobSettings(dict):
         return self.json
 
 
-def write_job_settings(path: str | os.PathLike, settings: dict) -> None:
-    """Write a job's settings file (JSON, atomically): what a model-loading job runs with, for all to read."""
-    write_json(path, settings)
-
-
 def read_job_settings(path: str | os.PathLike, keys: tuple[str, ...]) -> dict:
-    """Read a settings file written by ``write_job_settings``; fails naming the file and a missing key."""
+    """Read a settings file (scripts/write_settings.py); fails naming the file and the missing keys."""
     settings = read_json(path)
     missing = [key for key in keys if key not in settings]
     if missing:

@@ -12,8 +12,8 @@ import pytest
 from snakemake.utils import format as snakemake_format
 
 from snakeskills.cli import parse_wildcards
-from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.workflow import JobSettings, write_job_settings
+from snakeskills.io import read_jsonl, write_json, write_jsonl
+from snakeskills.workflow import JobSettings
 
 
 def test_parse_wildcards_reads_snakemakes_form():
@@ -98,7 +98,7 @@ def test_bad_settings_fail_naming_the_argument_or_file(tmp_path):
     assert "--settings-json is not JSON" in process.stderr
 
     settings_file = tmp_path / "settings.json"
-    write_job_settings(settings_file, {"model": {}, "generation": {}})
+    write_json(settings_file, {"model": {}, "generation": {}})
     process = run_cli(
         "generate",
         "--wildcards",
