@@ -6,13 +6,52 @@ Used twice: the embedded default's bootstrap (full training of the tiny model) a
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
+
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+# Trainer._save_checkpoint writes the weights, optimizer, scheduler and RNG state first and the trainer
+# state last, so a checkpoint whose trainer state is on disk and parses is complete.
+TRAINER_STATE_FILE = "trainer_state.json"
+
+
+def _is_complete_checkpoint(folder: Path) -> bool:
+    try:
+        json.loads((folder / TRAINER_STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def last_complete_checkpoint(trainer_dir: str | Path) -> str | None:
+    """The newest complete ``checkpoint-N`` folder under ``trainer_dir``, or None.
+
+    A training killed while saving leaves a newer checkpoint without its trainer state (transformers'
+    ``get_last_checkpoint`` would pick it and resuming would fail). Such partial checkpoints are
+    removed, so the resumed run's checkpoint rotation never counts them.
+    """
+    trainer_dir = Path(trainer_dir)
+    if not trainer_dir.is_dir():
+        return None
+    checkpoints = sorted(
+        (int(match.group(1)), path)
+        for path in trainer_dir.iterdir()
+        if path.is_dir() and (match := CHECKPOINT_NAME.match(path.name))
+    )
+    for _step, path in reversed(checkpoints):
+        if _is_complete_checkpoint(path):
+            return str(path)
+        logger.warning("removing partial checkpoint %s (no readable %s)", path, TRAINER_STATE_FILE)
+        shutil.rmtree(path)
+    return None
 
 
 def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
@@ -83,7 +122,6 @@ def train_on_examples(
     """
     import torch
     from transformers import Trainer, TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
 
     if not examples:
         raise ValueError("no training examples: nothing to fine-tune on")
@@ -118,7 +156,7 @@ def train_on_examples(
         data_collator=PadCollator(tokenizer.pad_token_id),
         callbacks=callbacks,
     )
-    resume_from = get_last_checkpoint(str(output_dir)) if checkpoint_steps > 0 else None
+    resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
     result = trainer.train(resume_from_checkpoint=resume_from)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,9 +88,21 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
     process.wait()
     assert not killed.exists(), "a killed training leaves no adapter behind"
 
+    # the kill may land while a checkpoint is being written; make that case certain: a newer checkpoint
+    # with weights but no trainer state (killed before its last file), and one with a cut-off state
+    complete = sorted(trainer_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
+    newest_complete = complete[-1].parent
+    partial, cut_off = trainer_dir / "checkpoint-140", trainer_dir / "checkpoint-145"
+    shutil.copytree(newest_complete, partial)
+    (partial / "trainer_state.json").unlink()
+    shutil.copytree(newest_complete, cut_off)
+    (cut_off / "trainer_state.json").write_text('{"global_step": 14')
+
     resumed = train_lora(**_arguments(tiny_checkpoint, sft_data, killed))
     assert resumed["resumed_from_checkpoint"] is not None
-    assert resumed["resumed_from_checkpoint"].endswith(("checkpoint-20", "checkpoint-40", "checkpoint-60"))
+    resumed_step = int(Path(resumed["resumed_from_checkpoint"]).name.removeprefix("checkpoint-"))
+    assert 20 <= resumed_step < 140, resumed["resumed_from_checkpoint"]
+    assert resumed_step >= int(newest_complete.name.removeprefix("checkpoint-"))
     assert resumed["global_step"] == 150
     expected, actual = _adapter_weights(reference), _adapter_weights(killed)
     assert expected.keys() == actual.keys()

@@ -427,3 +427,26 @@ def test_select_sft_records_cap_of_one(judged_files):
     # dedup is checked before the cap: the repeated first generation counts as a duplicate
     assert counts["duplicate"] == 1
     assert counts["over_per_problem_cap"] == 2
+
+
+def test_last_complete_checkpoint_skips_and_removes_partial_ones(tmp_path):
+    from snakeskills.training import last_complete_checkpoint
+
+    assert last_complete_checkpoint(tmp_path / "absent") is None
+    assert last_complete_checkpoint(tmp_path) is None
+    for step in (20, 40, 100):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (tmp_path / "checkpoint-120").mkdir()  # weights only: killed before the trainer state was written
+    (tmp_path / "checkpoint-120" / "adapter_model.safetensors").write_bytes(b"")
+    (tmp_path / "checkpoint-140").mkdir()  # killed while writing the trainer state
+    (tmp_path / "checkpoint-140" / "trainer_state.json").write_text('{"global_st')
+    (tmp_path / "checkpoint-9x").mkdir()  # not a checkpoint name: left alone
+    # numeric, not lexical, order: 100 is newer than 40
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-100")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "checkpoint-100",
+        "checkpoint-20",
+        "checkpoint-40",
+        "checkpoint-9x",
+    ]
