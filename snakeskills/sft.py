@@ -140,7 +140,7 @@ def train_lora(
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from snakeskills.training import train_on_examples
+    from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
 
     if not Path(base_model_path).exists():
         raise SnakeskillsError(f"model path {base_model_path!r} does not exist (config: model.path)")
@@ -172,12 +172,17 @@ def train_lora(
         to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
         for record in iter_jsonl(sft_data_path)
     ]
-    output_dir = Path(output_dir)
+    trainer_dir = trainer_dir_for(output_dir)
     metrics = train_on_examples(
         model,
         tokenizer,
         examples,
-        output_dir=output_dir.parent / f".{output_dir.name}-trainer",
+        output_dir=trainer_dir,
+        run_identity={
+            "base_model_path": str(base_model_path),
+            "init_adapter_path": None if init_adapter_path is None else str(init_adapter_path),
+            "lora": lora,
+        },
         seed=seed,
         threads=threads,
         **training,
@@ -187,6 +192,7 @@ def train_lora(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         write_json(staging / "training_metrics.json", metrics)
+    discard_trainer_dir(trainer_dir)
     return metrics
 
 

@@ -93,7 +93,7 @@ def build_and_bootstrap(
     """
     from snakeskills.io import atomic_directory, write_json
     from snakeskills.prompts import fill_template, format_prompt
-    from snakeskills.training import train_on_examples
+    from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
 
     output_dir = Path(output_dir)
     tokenizer = build_char_tokenizer()
@@ -112,11 +112,18 @@ def build_and_bootstrap(
     stopper = accuracy_stop_callback(
         tokenizer, validation, target=stop_at_accuracy, check_every=check_every_steps, max_new_tokens=max_new_tokens
     )
+    trainer_dir = trainer_dir_for(output_dir)
     metrics = train_on_examples(
         model,
         tokenizer,
         examples,
-        output_dir=output_dir.parent / f".{output_dir.name}-trainer",
+        output_dir=trainer_dir,
+        run_identity={
+            "architecture": architecture,
+            "stop_at_accuracy": stop_at_accuracy,
+            "check_every_steps": check_every_steps,
+            "validation": validation,
+        },
         seed=seed,
         threads=threads,
         callbacks=[stopper],
@@ -131,6 +138,7 @@ def build_and_bootstrap(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         write_json(staging / "bootstrap_metrics.json", metrics)
+    discard_trainer_dir(trainer_dir)
     return metrics
 
 

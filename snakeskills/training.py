@@ -6,6 +6,7 @@ Used twice: the embedded default's bootstrap (full training of the tiny model) a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -52,6 +53,50 @@ def last_complete_checkpoint(trainer_dir: str | Path) -> str | None:
         logger.warning("removing partial checkpoint %s (no readable %s)", path, TRAINER_STATE_FILE)
         shutil.rmtree(path)
     return None
+
+
+RUN_FINGERPRINT_FILE = "run_fingerprint.json"
+
+
+def trainer_dir_for(output_dir: str | Path) -> Path:
+    """The folder of the Trainer's checkpoints for a model saved to ``output_dir``: ``.<name>-trainer`` beside it."""
+    output_dir = Path(output_dir)
+    return output_dir.parent / f".{output_dir.name}-trainer"
+
+
+def training_fingerprint(run_identity: dict, hyperparameters: dict, examples: list[dict]) -> str:
+    """A hash of everything that decides a training run's weights: model, settings and examples."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([run_identity, hyperparameters], sort_keys=True, default=str).encode())
+    for example in examples:
+        digest.update(json.dumps(example, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def claim_trainer_dir(trainer_dir: str | Path, run_fingerprint: str) -> None:
+    """Make ``trainer_dir`` this run's: checkpoints left by a run with another fingerprint are removed.
+
+    A checkpoint only resumes the run that wrote it; resuming one written with other settings or other
+    examples (a rerun after a config change) would silently give the old run's weights.
+    """
+    trainer_dir = Path(trainer_dir)
+    marker = trainer_dir / RUN_FINGERPRINT_FILE
+    if trainer_dir.exists():
+        try:
+            same_run = json.loads(marker.read_text())["fingerprint"] == run_fingerprint
+        except (OSError, ValueError, KeyError, TypeError):
+            same_run = False
+        if same_run:
+            return
+        logger.info("discarding checkpoints in %s: they belong to another training run", trainer_dir)
+        shutil.rmtree(trainer_dir)
+    trainer_dir.mkdir(parents=True)
+    marker.write_text(json.dumps({"fingerprint": run_fingerprint}) + "\n")
+
+
+def discard_trainer_dir(trainer_dir: str | Path) -> None:
+    """Remove a finished run's checkpoints (they only serve to resume a killed run)."""
+    shutil.rmtree(trainer_dir, ignore_errors=True)
 
 
 def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
@@ -104,6 +149,7 @@ def train_on_examples(
     examples: list[dict],
     *,
     output_dir: str | Path,
+    run_identity: dict,
     num_epochs: float,
     learning_rate: float,
     batch_size: int,
@@ -118,7 +164,10 @@ def train_on_examples(
     """Train ``model`` in place on prompt/completion ``examples``; returns the training metrics.
 
     With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
-    training resumes from the newest one found there (a rerun after a kill continues, not restarts).
+    training resumes from the newest complete one found there (a rerun after a kill continues, not
+    restarts), provided it was written by the same run: ``run_identity`` (what the model is, e.g. its
+    paths), the hyperparameters and the examples must match, or the old checkpoints are discarded.
+    The caller discards ``output_dir`` once the trained model is saved (``discard_trainer_dir``).
     """
     import torch
     from transformers import Trainer, TrainingArguments
@@ -128,7 +177,17 @@ def train_on_examples(
     torch.set_num_threads(threads)
     dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    hyperparameters = {
+        "num_epochs": num_epochs,
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "seed": seed,
+        "max_length": max_length,
+        "weight_decay": weight_decay,
+        "warmup_steps": warmup_steps,
+        "checkpoint_steps": checkpoint_steps,
+    }
+    claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
     arguments = TrainingArguments(
         output_dir=str(output_dir),
         num_train_epochs=num_epochs,

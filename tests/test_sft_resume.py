@@ -71,6 +71,7 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
     reference = tmp_path / "reference" / "adapter"
     metrics = train_lora(**_arguments(tiny_checkpoint, sft_data, reference))
     assert metrics["global_step"] == 150 and metrics["resumed_from_checkpoint"] is None
+    assert not (reference.parent / ".adapter-trainer").exists(), "a finished training keeps no checkpoints"
 
     # train in a separate process and SIGKILL it once its first checkpoint is on disk
     killed = tmp_path / "killed" / "adapter"
@@ -83,7 +84,7 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
         assert process.poll() is None, "training ended before its first checkpoint"
         assert time.monotonic() < deadline, "no checkpoint within 300 s"
         time.sleep(0.02)
-    time.sleep(0.2)  # let the checkpoint files finish
+    time.sleep(0.2)  # kill a moment later: mid-step or mid-save, both must resume
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert not killed.exists(), "a killed training leaves no adapter behind"
@@ -98,12 +99,22 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
     shutil.copytree(newest_complete, cut_off)
     (cut_off / "trainer_state.json").write_text('{"global_step": 14')
 
+    # checkpoints belong to one training run: the same leftovers under a run with another learning rate
+    # are discarded, not resumed from
+    changed = tmp_path / "changed" / "adapter"
+    shutil.copytree(trainer_dir, changed.parent / ".adapter-trainer")
+    changed_run = train_lora(
+        **{**_arguments(tiny_checkpoint, sft_data, changed), "training": {**TRAINING, "learning_rate": 5e-4}}
+    )
+    assert changed_run["resumed_from_checkpoint"] is None and changed_run["global_step"] == 150
+
     resumed = train_lora(**_arguments(tiny_checkpoint, sft_data, killed))
     assert resumed["resumed_from_checkpoint"] is not None
     resumed_step = int(Path(resumed["resumed_from_checkpoint"]).name.removeprefix("checkpoint-"))
     assert 20 <= resumed_step < 140, resumed["resumed_from_checkpoint"]
     assert resumed_step >= int(newest_complete.name.removeprefix("checkpoint-"))
     assert resumed["global_step"] == 150
+    assert not trainer_dir.exists()
     expected, actual = _adapter_weights(reference), _adapter_weights(killed)
     assert expected.keys() == actual.keys()
     for name in expected:

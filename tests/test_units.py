@@ -450,3 +450,30 @@ def test_last_complete_checkpoint_skips_and_removes_partial_ones(tmp_path):
         "checkpoint-40",
         "checkpoint-9x",
     ]
+
+
+def test_claim_trainer_dir_keeps_only_the_same_runs_checkpoints(tmp_path):
+    from snakeskills.training import claim_trainer_dir, training_fingerprint
+
+    examples, other_examples = [{"prompt": "1+1=", "completion": "2"}], [{"prompt": "1+1=", "completion": "3"}]
+    fingerprint = training_fingerprint({"base_model_path": "m"}, {"learning_rate": 1e-3}, examples)
+    assert fingerprint == training_fingerprint({"base_model_path": "m"}, {"learning_rate": 1e-3}, examples)
+    for other in (
+        training_fingerprint({"base_model_path": "other"}, {"learning_rate": 1e-3}, examples),
+        training_fingerprint({"base_model_path": "m"}, {"learning_rate": 2e-3}, examples),
+        training_fingerprint({"base_model_path": "m"}, {"learning_rate": 1e-3}, other_examples),
+    ):
+        assert other != fingerprint
+
+    trainer_dir = tmp_path / ".adapter-trainer"
+    claim_trainer_dir(trainer_dir, fingerprint)
+    (trainer_dir / "checkpoint-20").mkdir()
+    claim_trainer_dir(trainer_dir, fingerprint)  # the same run, resumed: its checkpoints stay
+    assert (trainer_dir / "checkpoint-20").is_dir()
+    claim_trainer_dir(trainer_dir, "another run")  # a changed run: they go
+    assert not (trainer_dir / "checkpoint-20").exists()
+    (trainer_dir / "checkpoint-20").mkdir()
+    (trainer_dir / "run_fingerprint.json").unlink()  # leftovers nobody vouches for: they go too
+    claim_trainer_dir(trainer_dir, "another run")
+    assert not (trainer_dir / "checkpoint-20").exists()
+    assert json.loads((trainer_dir / "run_fingerprint.json").read_text()) == {"fingerprint": "another run"}
