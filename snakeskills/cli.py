@@ -66,6 +66,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             prompt_config=settings["prompt"],
             sampling=sampling_from_config(generation["sampling"]),
             rows_per_flush=generation["rows_per_flush"],
+            fingerprint_files=[arguments.settings],
         )
         logger.info("generate done: %s", counts)
 
@@ -107,6 +108,7 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
             prompt=settings["prompt"],
             sampling=sampling_from_config(llm["generation"]["sampling"]),
             rows_per_flush=llm["generation"]["rows_per_flush"],
+            fingerprint_files=[arguments.settings],
         )
         logger.info("llm judge done: %s", counts)
 

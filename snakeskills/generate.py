@@ -8,13 +8,14 @@ output equals an uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl
-from snakeskills.resumable import process_resumable
+from snakeskills.resumable import fingerprint, process_resumable
 
 
 def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int) -> tuple[int, int]:
@@ -61,8 +62,24 @@ def generate_chunk(
     prompt_config: dict,
     sampling: SamplingParams,
     rows_per_flush: int,
+    fingerprint_files: list[str | Path],
 ) -> dict:
-    """Generate the chunk, resuming from the progress file if one exists; returns counts."""
+    """Generate the chunk, resuming from the progress file if one exists; returns counts.
+
+    ``fingerprint_files`` are the files, besides the prepared split, whose identity decides the
+    generations (the model): the workflow passes the job's settings file, rewritten whenever the
+    model, adapter or split changes. Progress written under other files or arguments is not resumed.
+    """
+    job_fingerprint = fingerprint(
+        [prepared_path, *fingerprint_files],
+        {
+            "chunk_index": chunk_index,
+            "num_chunks": num_chunks,
+            "random_seed": random_seed,
+            "prompt": prompt_config,
+            "sampling": dataclasses.asdict(sampling),
+        },
+    )
     records = read_jsonl(prepared_path)
     start, end = chunk_bounds(len(records), chunk_index, num_chunks)
 
@@ -78,6 +95,7 @@ def generate_chunk(
         process_batch=generate_batch,
         output_path=output_path,
         rows_per_flush=rows_per_flush,
+        job_fingerprint=job_fingerprint,
         done_path=done_path,
     )
     return {"rows": counts["rows"], "resumed_rows": counts["resumed_rows"], "generated_rows": counts["processed_rows"]}

@@ -9,6 +9,7 @@ those judgements say so in their text. Resumable like generation (progress file,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import row_seed
 from snakeskills.io import read_jsonl
-from snakeskills.resumable import process_resumable
+from snakeskills.resumable import fingerprint, process_resumable
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,16 @@ def llm_judge_chunk(
     prompt: dict,
     sampling: SamplingParams,
     rows_per_flush: int,
+    fingerprint_files: list[str | Path],
 ) -> dict:
-    """Judge every row of a rule-based-judged chunk; returns counts (rows, model calls, skipped)."""
+    """Judge every row of a rule-based-judged chunk; returns counts (rows, model calls, skipped).
+
+    ``fingerprint_files``: the files, besides the judged chunk, whose identity decides the judgements
+    (the workflow passes its LLM judge settings file); progress written under others is not resumed.
+    """
+    job_fingerprint = fingerprint(
+        [judged_path, *fingerprint_files], {"prompt": prompt, "sampling": dataclasses.asdict(sampling)}
+    )
     rows = read_jsonl(judged_path)
     for line_number, row in enumerate(rows, start=1):
         for field in ("id", "problem", "expected_answer", "predicted_answer", "random_seed"):
@@ -83,7 +92,13 @@ def llm_judge_chunk(
             for row, judgement in zip(batch, judgements, strict=True)
         ]
 
-    counts = process_resumable(rows, process_batch=judge_batch, output_path=output_path, rows_per_flush=rows_per_flush)
+    counts = process_resumable(
+        rows,
+        process_batch=judge_batch,
+        output_path=output_path,
+        rows_per_flush=rows_per_flush,
+        job_fingerprint=job_fingerprint,
+    )
     counts.update(model_calls=calls["model"], skipped_calls=calls["skipped"])
     logger.info("llm judge: %s", counts)
     return counts

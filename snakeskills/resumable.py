@@ -6,23 +6,68 @@ killed or failed job, and the rerun processes only the rows that are missing. Th
 written (atomically) when all rows are done, then the optional ``.done`` marker, then the progress
 file is removed. Each row's result must depend on the row alone (per-row seeds), so a resumed
 output equals an uninterrupted one byte for byte.
+
+A progress file only resumes the job that wrote it: its first line holds a fingerprint of everything
+that decides the rows' results (settings, input files, model), and a rerun with another fingerprint
+(say, a changed temperature or a retrained adapter after the kill) starts over instead of mixing
+rows made two ways.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, touch_done, write_jsonl
 
 logger = logging.getLogger(__name__)
 
 
+FINGERPRINT_KEY = "progress_fingerprint"
+
+
 def progress_path_for(output_path: str | Path) -> Path:
     output_path = Path(output_path)
     return output_path.with_name(output_path.name + ".progress")
+
+
+def fingerprint(files: list[str | Path], settings: dict) -> str:
+    """A hash of ``settings`` and of each file's identity (path, size, modification time).
+
+    A file's identity rather than its bytes: a rewritten input (an upstream job rerun) changes it
+    even with the same content, which errs on the side of starting over, and it costs a ``stat``.
+    """
+    identities = []
+    for path in files:
+        try:
+            status = os.stat(path)
+        except OSError as error:
+            raise SnakeskillsError(f"{path}: cannot read the file ({error.strerror})") from None
+        identities.append([str(path), status.st_size, status.st_mtime_ns])
+    text = json.dumps([identities, settings], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_progress(progress_path: str | Path, job_fingerprint: str, rows: list[dict]) -> None:
+    """Atomically write the progress file: the fingerprint line, then the rows done."""
+    write_jsonl(progress_path, [{FINGERPRINT_KEY: job_fingerprint}, *rows])
+
+
+def read_progress(progress_path: str | Path, job_fingerprint: str) -> list[dict]:
+    """The rows done by an earlier run of the same job; none if there is no progress or another job wrote it."""
+    progress_path = Path(progress_path)
+    if not progress_path.exists():
+        return []
+    lines = read_jsonl(progress_path)
+    if not lines or lines[0].get(FINGERPRINT_KEY) != job_fingerprint:
+        logger.warning("progress file %s was written with other settings or inputs; starting over", progress_path)
+        return []
+    return lines[1:]
 
 
 def process_resumable(
@@ -31,13 +76,17 @@ def process_resumable(
     process_batch: Callable[[list[dict]], list[dict]],
     output_path: str | Path,
     rows_per_flush: int,
+    job_fingerprint: str,
     done_path: str | Path | None = None,
 ) -> dict:
-    """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts."""
+    """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts.
+
+    ``job_fingerprint`` (see ``fingerprint``) must change whenever anything that decides the results does.
+    """
     progress_path = progress_path_for(output_path)
     if done_path is not None:  # a marker left by an earlier run must not vouch for this one's output
         Path(done_path).unlink(missing_ok=True)
-    done_rows = read_jsonl(progress_path) if progress_path.exists() else []
+    done_rows = read_progress(progress_path, job_fingerprint)
     if [row["id"] for row in done_rows] != [row["id"] for row in rows[: len(done_rows)]]:
         logger.warning("progress file %s does not match these rows; starting over", progress_path)
         done_rows = []
@@ -50,7 +99,7 @@ def process_resumable(
         if len(results) != len(batch):
             raise RuntimeError(f"batch of {len(batch)} rows gave {len(results)} results")
         done_rows.extend(results)
-        write_jsonl(progress_path, done_rows)
+        write_progress(progress_path, job_fingerprint, done_rows)
         logger.info("%d/%d rows of %s done", len(done_rows), len(rows), output_path)
     write_jsonl(output_path, done_rows)
     if done_path is not None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 
 from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.resumable import progress_path_for
+from snakeskills.resumable import FINGERPRINT_KEY, progress_path_for
 
 PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
 SAMPLING = SamplingParams(temperature=1.0, top_p=0.9, top_k=0, max_new_tokens=6)
@@ -29,7 +32,7 @@ def prepared(tmp_path):
     return path
 
 
-def _generate(backend, prepared, output, chunk_index=0, num_chunks=1):
+def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=SAMPLING, fingerprint_files=()):
     return generate_chunk(
         backend=backend,
         prepared_path=prepared,
@@ -39,24 +42,84 @@ def _generate(backend, prepared, output, chunk_index=0, num_chunks=1):
         num_chunks=num_chunks,
         random_seed=3,
         prompt_config=PROMPT,
-        sampling=SAMPLING,
+        sampling=sampling,
         rows_per_flush=10,
+        fingerprint_files=list(fingerprint_files),
     )
 
 
-def test_resumed_chunk_equals_uninterrupted_and_redoes_only_missing_rows(backend, prepared, tmp_path):
+class Killed(Exception):
+    pass
+
+
+def _killed_after_two_batches(backend, monkeypatch, run):
+    """Run ``run()`` with the backend failing on its third batch, as a job killed after two flushes."""
+    original, calls = backend.generate, []
+
+    def generate_then_die(requests, sampling):
+        calls.append(len(requests))
+        if len(calls) == 3:
+            raise Killed()
+        return original(requests, sampling)
+
+    monkeypatch.setattr(backend, "generate", generate_then_die)
+    with pytest.raises(Killed):
+        run()
+    monkeypatch.undo()
+
+
+def test_resumed_chunk_equals_uninterrupted_and_redoes_only_missing_rows(backend, prepared, tmp_path, monkeypatch):
     reference = tmp_path / "reference.jsonl"
     counts = _generate(backend, prepared, reference)
     assert counts == {"rows": 40, "resumed_rows": 0, "generated_rows": 40}
     assert (tmp_path / "reference.jsonl.done").exists()
     assert not progress_path_for(reference).exists()
 
-    # a job killed after two flushes leaves 20 rows in its progress file
+    # a job killed after two flushes leaves 20 rows in its progress file, under its fingerprint
     resumed = tmp_path / "resumed.jsonl"
-    write_jsonl(progress_path_for(resumed), read_jsonl(reference)[:20])
+    _killed_after_two_batches(backend, monkeypatch, lambda: _generate(backend, prepared, resumed))
+    assert not resumed.exists()
+    progress = read_jsonl(progress_path_for(resumed))
+    assert list(progress[0]) == [FINGERPRINT_KEY] and len(progress) == 21
     counts = _generate(backend, prepared, resumed)
     assert counts == {"rows": 40, "resumed_rows": 20, "generated_rows": 20}
     assert resumed.read_bytes() == reference.read_bytes()
+    assert not progress_path_for(resumed).exists()
+
+
+def test_progress_made_with_other_settings_or_inputs_is_not_resumed(backend, prepared, tmp_path, monkeypatch):
+    """A kill, then a config change (sampling, a rewritten settings file or split): the rerun starts over."""
+    settings = tmp_path / "settings.json"
+    settings.write_text("{}")
+    output = tmp_path / "out.jsonl"
+
+    def kill_then_rerun(**changed):
+        _killed_after_two_batches(
+            backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+        )
+        return _generate(backend, prepared, output, **{"fingerprint_files": [settings], **changed})
+
+    cooler = dataclasses.replace(SAMPLING, temperature=0.5)
+    assert kill_then_rerun(sampling=cooler)["resumed_rows"] == 0
+    assert kill_then_rerun()["resumed_rows"] == 20  # the same job resumes
+
+    def rewrite(path):
+        status = os.stat(path)
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+
+    _killed_after_two_batches(
+        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+    )
+    rewrite(settings)  # the settings job reran: say the adapter it names was retrained
+    assert _generate(backend, prepared, output, fingerprint_files=[settings])["resumed_rows"] == 0
+    _killed_after_two_batches(
+        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+    )
+    rewrite(prepared)
+    assert _generate(backend, prepared, output, fingerprint_files=[settings])["resumed_rows"] == 0
+    # a progress file from before fingerprints (rows only) is not trusted either
+    write_jsonl(progress_path_for(output), read_jsonl(output)[:20])
+    assert _generate(backend, prepared, output, fingerprint_files=[settings])["resumed_rows"] == 0
 
 
 def test_samples_do_not_depend_on_chunking(backend, prepared, tmp_path):

@@ -92,6 +92,7 @@ def _judge(backend, judged_chunk, output):
         prompt=PROMPT,
         sampling=SAMPLING,
         rows_per_flush=6,
+        fingerprint_files=[],
     )
 
 
@@ -111,11 +112,27 @@ def test_model_is_called_only_where_the_verdict_is_uncertain(backend, judged_chu
     assert NO_ANSWER_JUDGEMENT not in model_judgements and EXACT_MATCH_JUDGEMENT not in model_judgements
 
 
-def test_resumed_judging_equals_uninterrupted(backend, judged_chunk, tmp_path):
+class Killed(Exception):
+    pass
+
+
+def test_resumed_judging_equals_uninterrupted(backend, judged_chunk, tmp_path, monkeypatch):
     reference = tmp_path / "reference.jsonl"
     _judge(backend, judged_chunk, reference)
     resumed = tmp_path / "resumed.jsonl"
-    write_jsonl(progress_path_for(resumed), read_jsonl(reference)[:12])  # a job killed after two flushes
+    original, calls = backend.generate, []
+
+    def generate_then_die(requests, sampling):  # a job killed after two flushes
+        calls.append(len(requests))
+        if len(calls) == 3:
+            raise Killed()
+        return original(requests, sampling)
+
+    monkeypatch.setattr(backend, "generate", generate_then_die)
+    with pytest.raises(Killed):
+        _judge(backend, judged_chunk, resumed)
+    monkeypatch.undo()
+    assert len(read_jsonl(progress_path_for(resumed))) == 1 + 12  # the fingerprint line, two flushes of rows
     counts = _judge(backend, judged_chunk, resumed)
     assert counts["resumed_rows"] == 12 and counts["processed_rows"] == 18 and counts["model_calls"] == 6
     assert resumed.read_bytes() == reference.read_bytes()

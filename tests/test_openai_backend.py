@@ -105,6 +105,7 @@ def _generate(backend, prepared, output, rows_per_flush=4):
         prompt_config=PROMPT,
         sampling=SAMPLING,
         rows_per_flush=rows_per_flush,
+        fingerprint_files=[],
     )
 
 
@@ -149,7 +150,7 @@ def test_server_stopping_mid_run_fails_cleanly_and_rerun_completes(tiny_checkpoi
             _generate(backend, prepared, output)
         assert "rerun to resume" in str(error.value)
         assert not output.exists()
-        kept = read_jsonl(progress_path_for(output))
+        kept = read_jsonl(progress_path_for(output))[1:]  # after the fingerprint line
         assert len(kept) == 4  # the first batch survives the failure
 
         restarted = TransformersServer(tiny_checkpoint, port=stoppable.port).start()
@@ -260,6 +261,7 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
         prompt=prompt,
         sampling=SAMPLING,
         rows_per_flush=4,
+        fingerprint_files=[],
     )
     assert counts["model_calls"] == 3 and counts["skipped_calls"] == 6
     out = read_jsonl(tmp_path / "out.jsonl")
