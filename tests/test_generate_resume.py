@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 import pytest
+from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_splits
@@ -48,26 +49,6 @@ def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=S
     )
 
 
-class Killed(Exception):
-    pass
-
-
-def _killed_after_two_batches(backend, monkeypatch, run):
-    """Run ``run()`` with the backend failing on its third batch, as a job killed after two flushes."""
-    original, calls = backend.generate, []
-
-    def generate_then_die(requests, sampling):
-        calls.append(len(requests))
-        if len(calls) == 3:
-            raise Killed()
-        return original(requests, sampling)
-
-    monkeypatch.setattr(backend, "generate", generate_then_die)
-    with pytest.raises(Killed):
-        run()
-    monkeypatch.undo()
-
-
 def test_resumed_chunk_equals_uninterrupted_and_redoes_only_missing_rows(backend, prepared, tmp_path, monkeypatch):
     reference = tmp_path / "reference.jsonl"
     counts = _generate(backend, prepared, reference)
@@ -77,7 +58,7 @@ def test_resumed_chunk_equals_uninterrupted_and_redoes_only_missing_rows(backend
 
     # a job killed after two flushes leaves 20 rows in its progress file, under its fingerprint
     resumed = tmp_path / "resumed.jsonl"
-    _killed_after_two_batches(backend, monkeypatch, lambda: _generate(backend, prepared, resumed))
+    run_killed_after_batches(backend, monkeypatch, lambda: _generate(backend, prepared, resumed), batches=2)
     assert not resumed.exists()
     progress = read_jsonl(progress_path_for(resumed))
     assert list(progress[0]) == [FINGERPRINT_KEY] and len(progress) == 21
@@ -94,8 +75,8 @@ def test_progress_made_with_other_settings_or_inputs_is_not_resumed(backend, pre
     output = tmp_path / "out.jsonl"
 
     def kill_then_rerun(**changed):
-        _killed_after_two_batches(
-            backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+        run_killed_after_batches(
+            backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings]), batches=2
         )
         return _generate(backend, prepared, output, **{"fingerprint_files": [settings], **changed})
 
@@ -107,13 +88,13 @@ def test_progress_made_with_other_settings_or_inputs_is_not_resumed(backend, pre
         status = os.stat(path)
         os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
 
-    _killed_after_two_batches(
-        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+    run_killed_after_batches(
+        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings]), batches=2
     )
     rewrite(settings)  # the settings job reran: say the adapter it names was retrained
     assert _generate(backend, prepared, output, fingerprint_files=[settings])["resumed_rows"] == 0
-    _killed_after_two_batches(
-        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings])
+    run_killed_after_batches(
+        backend, monkeypatch, lambda: _generate(backend, prepared, output, fingerprint_files=[settings]), batches=2
     )
     rewrite(prepared)
     assert _generate(backend, prepared, output, fingerprint_files=[settings])["resumed_rows"] == 0

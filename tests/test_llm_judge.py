@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
 from snakeskills.errors import SnakeskillsError
@@ -112,26 +113,11 @@ def test_model_is_called_only_where_the_verdict_is_uncertain(backend, judged_chu
     assert NO_ANSWER_JUDGEMENT not in model_judgements and EXACT_MATCH_JUDGEMENT not in model_judgements
 
 
-class Killed(Exception):
-    pass
-
-
 def test_resumed_judging_equals_uninterrupted(backend, judged_chunk, tmp_path, monkeypatch):
     reference = tmp_path / "reference.jsonl"
     _judge(backend, judged_chunk, reference)
     resumed = tmp_path / "resumed.jsonl"
-    original, calls = backend.generate, []
-
-    def generate_then_die(requests, sampling):  # a job killed after two flushes
-        calls.append(len(requests))
-        if len(calls) == 3:
-            raise Killed()
-        return original(requests, sampling)
-
-    monkeypatch.setattr(backend, "generate", generate_then_die)
-    with pytest.raises(Killed):
-        _judge(backend, judged_chunk, resumed)
-    monkeypatch.undo()
+    run_killed_after_batches(backend, monkeypatch, lambda: _judge(backend, judged_chunk, resumed), batches=2)
     assert len(read_jsonl(progress_path_for(resumed))) == 1 + 12  # the fingerprint line, two flushes of rows
     counts = _judge(backend, judged_chunk, resumed)
     assert counts["resumed_rows"] == 12 and counts["processed_rows"] == 18 and counts["model_calls"] == 6
