@@ -14,8 +14,8 @@ from pathlib import Path
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import read_jsonl
-from snakeskills.resumable import fingerprint, process_resumable
+from snakeskills.io import fingerprint, read_jsonl
+from snakeskills.resumable import process_resumable
 
 
 def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int) -> tuple[int, int]:

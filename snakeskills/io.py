@@ -1,4 +1,4 @@
-"""File helpers: JSONL reading with precise errors, atomic writes, done markers.
+"""File helpers: JSONL reading with precise errors, atomic writes, done markers, fingerprints.
 
 Every file the pipeline produces is written under a temporary name in the same folder and
 renamed into place only when complete, so no reader ever sees a half-written file.
@@ -7,6 +7,7 @@ renamed into place only when complete, so no reader ever sees a half-written fil
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -118,3 +119,20 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 def concatenate_jsonl(paths: list[str | os.PathLike], output_path: str | os.PathLike) -> int:
     """Concatenate JSONL files in order (validating every line); returns the number of rows."""
     return write_jsonl(output_path, (record for path in paths for record in iter_jsonl(path)))
+
+
+def fingerprint(files: list[str | Path], settings: dict) -> str:
+    """A hash of ``settings`` and of each file's identity (path, size, modification time).
+
+    A file's identity rather than its bytes: a rewritten input (an upstream job rerun) changes it
+    even with the same content, which errs on the side of starting over, and it costs a ``stat``.
+    """
+    identities = []
+    for path in files:
+        try:
+            status = os.stat(path)
+        except OSError as error:
+            raise SnakeskillsError(f"{path}: cannot read the file ({error.strerror})") from None
+        identities.append([str(path), status.st_size, status.st_mtime_ns])
+    text = json.dumps([identities, settings], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -17,8 +17,8 @@ from pathlib import Path
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import row_seed
-from snakeskills.io import read_jsonl
-from snakeskills.resumable import fingerprint, process_resumable
+from snakeskills.io import fingerprint, read_jsonl
+from snakeskills.resumable import process_resumable
 
 logger = logging.getLogger(__name__)
 

@@ -15,14 +15,11 @@ rows made two ways.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, touch_done, write_jsonl
 
 logger = logging.getLogger(__name__)
@@ -34,23 +31,6 @@ FINGERPRINT_KEY = "progress_fingerprint"
 def progress_path_for(output_path: str | Path) -> Path:
     output_path = Path(output_path)
     return output_path.with_name(output_path.name + ".progress")
-
-
-def fingerprint(files: list[str | Path], settings: dict) -> str:
-    """A hash of ``settings`` and of each file's identity (path, size, modification time).
-
-    A file's identity rather than its bytes: a rewritten input (an upstream job rerun) changes it
-    even with the same content, which errs on the side of starting over, and it costs a ``stat``.
-    """
-    identities = []
-    for path in files:
-        try:
-            status = os.stat(path)
-        except OSError as error:
-            raise SnakeskillsError(f"{path}: cannot read the file ({error.strerror})") from None
-        identities.append([str(path), status.st_size, status.st_mtime_ns])
-    text = json.dumps([identities, settings], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def write_progress(progress_path: str | Path, job_fingerprint: str, rows: list[dict]) -> None:
@@ -81,7 +61,7 @@ def process_resumable(
 ) -> dict:
     """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts.
 
-    ``job_fingerprint`` (see ``fingerprint``) must change whenever anything that decides the results does.
+    ``job_fingerprint`` (``snakeskills.io.fingerprint``) must change whenever anything deciding the results does.
     """
     progress_path = progress_path_for(output_path)
     if done_path is not None:  # a marker left by an earlier run must not vouch for this one's output

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import atomic_directory, iter_jsonl, write_json, write_jsonl
+from snakeskills.io import atomic_directory, fingerprint, iter_jsonl, write_json, write_jsonl
 from snakeskills.prompts import build_messages, render_messages
 
 logger = logging.getLogger(__name__)
@@ -178,9 +178,9 @@ def train_lora(
         tokenizer,
         examples,
         output_dir=trainer_dir,
+        # the model folders by identity (a re-trained adapter is a new folder, renamed into place)
         run_identity={
-            "base_model_path": str(base_model_path),
-            "init_adapter_path": None if init_adapter_path is None else str(init_adapter_path),
+            "models": fingerprint([base_model_path, *([] if init_adapter_path is None else [init_adapter_path])], {}),
             "lora": lora,
         },
         seed=seed,

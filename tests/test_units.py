@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -477,3 +478,22 @@ def test_claim_trainer_dir_keeps_only_the_same_runs_checkpoints(tmp_path):
     claim_trainer_dir(trainer_dir, "another run")
     assert not (trainer_dir / "checkpoint-20").exists()
     assert json.loads((trainer_dir / "run_fingerprint.json").read_text()) == {"fingerprint": "another run"}
+
+
+def test_fingerprint_follows_file_identity_and_settings(tmp_path):
+    from snakeskills.io import fingerprint
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    first = fingerprint([adapter], {"temperature": 1.0})
+    assert fingerprint([adapter], {"temperature": 1.0}) == first
+    assert fingerprint([adapter], {"temperature": 0.5}) != first
+    # re-trained: a new folder renamed into place, as atomic_directory does
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    os.utime(staging, ns=(0, adapter.stat().st_mtime_ns + 1_000_000_000))
+    adapter.rmdir()
+    staging.rename(adapter)
+    assert fingerprint([adapter], {"temperature": 1.0}) != first
+    with pytest.raises(SnakeskillsError, match="missing.jsonl: cannot read the file"):
+        fingerprint([tmp_path / "missing.jsonl"], {})
