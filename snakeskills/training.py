@@ -6,13 +6,14 @@ Used twice: the embedded default's bootstrap (full training of the tiny model) a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from snakeskills.io import fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +67,7 @@ def trainer_dir_for(output_dir: str | Path) -> Path:
 
 def training_fingerprint(run_identity: dict, hyperparameters: dict, examples: list[dict]) -> str:
     """A hash of everything that decides a training run's weights: model, settings and examples."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps([run_identity, hyperparameters], sort_keys=True, default=str).encode())
-    for example in examples:
-        digest.update(json.dumps(example, sort_keys=True).encode())
-    return digest.hexdigest()
+    return fingerprint([], {"run": run_identity, "hyperparameters": hyperparameters, "examples": examples})
 
 
 def claim_trainer_dir(trainer_dir: str | Path, run_fingerprint: str) -> None:
