@@ -1,8 +1,16 @@
 # snakeskills: prepare_data -> generate (chunk x seed) -> judge -> summarize -> sft -> eval
 # `snakemake -c all` runs the embedded default (config/config.yaml) end to end.
+# A config given with --configfile is the whole config: the schema's defaults fill what it leaves out,
+# and the embedded default is not loaded at all (Snakemake would deep-merge a user's file on top of it).
 
 
-configfile: "config/config.yaml"
+import os
+
+
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
 
 
 report: "report/workflow.rst"

@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakeskills.backends import GenerationRequest, SamplingParams
+from snakeskills.backends import SamplingParams, build_request
 from snakeskills.backends.hf import HFBackend
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.generate import row_seed
+
+PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,7 +55,6 @@ def main() -> None:
     records = arithmetic_splits(operations=["+"], max_operand=99, split_sizes={"test": arguments.prompts}, seed=0)[
         "test"
     ]
-    requests = [GenerationRequest(prompt=f"{r['problem']}=", seed=row_seed(0, r["id"])) for r in records]
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=arguments.max_new_tokens)
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = build_char_tokenizer()
@@ -64,6 +65,7 @@ def main() -> None:
             model_path=folder, device=arguments.device, batch_size=arguments.batch_size, threads=arguments.threads
         )
         single = HFBackend(model_path=folder, device=arguments.device, batch_size=1, threads=arguments.threads)
+        requests = [build_request(batched, PROMPT, record, row_seed(0, record["id"])) for record in records]
         timed(batched, requests[:8], sampling)  # warm-up
         timed(single, requests[:2], sampling)
         batched_seconds, batched_tokens, batched_results = timed(batched, requests, sampling)

@@ -64,7 +64,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             num_chunks=int(arguments.wildcards["num_chunks"]),
             random_seed=int(arguments.wildcards["seed"]),
             prompt_config=settings["prompt"],
-            sampling=sampling_from_config(generation["sampling"]),
+            sampling=sampling_from_config(generation["sampling"], settings["prompt"]),
             rows_per_flush=generation["rows_per_flush"],
             fingerprint_files=[arguments.settings],
         )
@@ -106,7 +106,7 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
             judged_path=arguments.input,
             output_path=arguments.output,
             prompt=settings["prompt"],
-            sampling=sampling_from_config(llm["generation"]["sampling"]),
+            sampling=sampling_from_config(llm["generation"]["sampling"], settings["prompt"]),
             rows_per_flush=llm["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
         )

@@ -234,6 +234,26 @@ def _running_counts(group: np.ndarray) -> np.ndarray:
     return counts.reshape(num_problems, num_samples).T
 
 
+# finish_reason value -> the metric giving the percent of the first k samples that ended so
+FINISH_REASON_SHARES = {"length": "truncated", "error": "errors"}
+
+
+def mode_k(mode: str) -> int:
+    """How many samples per problem an eval mode reads: ``pass@1[avg-of-4]``, ``majority@4``, ``pass@4`` -> 4."""
+    return int(mode.rsplit("-", 1)[1].rstrip("]")) if "[avg-of-" in mode else int(mode.split("@", 1)[1])
+
+
+def add_finish_reason_shares(metrics: dict[str, dict], finish_reasons: np.ndarray) -> None:
+    """Add ``truncated`` (hit ``max_new_tokens``) and ``errors`` (soft failures, e.g. a prompt longer than the
+    context) to every eval mode: percent of its first k samples, from ``finish_reasons`` (samples, problems)."""
+    num_samples, num_problems = finish_reasons.shape
+    ks = np.arange(1, num_samples + 1)
+    for reason, metric in FINISH_REASON_SHARES.items():
+        shares = 100.0 * np.cumsum((finish_reasons == reason).sum(axis=1)) / ks / num_problems
+        for mode, values in metrics.items():
+            values[metric] = float(shares[mode_k(mode) - 1])
+
+
 def max_k(metrics: dict[str, dict]) -> int:
     return max(int(mode.split("@", 1)[1]) for mode in metrics if mode.startswith("pass@") and "[" not in mode)
 

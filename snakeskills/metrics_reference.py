@@ -42,7 +42,14 @@ def read_judged_problems(seed_paths: list[str | Path]) -> tuple[list[list[dict]]
 def reference_summarize(benchmark: str, seed_paths: list[str | Path]) -> dict:
     """``{benchmark: {eval_mode: {metric: value}}}``, as ``summarize.summarize_benchmark`` gives it."""
     problems, score_columns = read_judged_problems(seed_paths)
-    return {benchmark: reference_metrics(problems, score_columns)}
+    metrics = reference_metrics(problems, score_columns)
+    if "finish_reason" in problems[0][0]:
+        for mode, values in metrics.items():
+            k = int(mode.split("-of-")[1].rstrip("]")) if "-of-" in mode else int(mode.split("@")[1])
+            for reason, metric in (("length", "truncated"), ("error", "errors")):
+                ended = sum(sample["finish_reason"] == reason for samples in problems for sample in samples[:k])
+                values[metric] = 100.0 * ended / (k * len(problems))
+    return {benchmark: metrics}
 
 
 def reference_metrics(problems: list[list[dict]], score_columns: list[str]) -> dict[str, dict]:

@@ -58,7 +58,7 @@ def default_directory() -> str:
 class SharedModelBackend:
     """A backend whose model lives in a shared server process (started on first use)."""
 
-    takes_messages = True
+    takes = "messages"  # the server tokenizes them (prompts.encode_messages) with the model's tokenizer
 
     def __init__(
         self,
@@ -223,13 +223,16 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                     self.retire()
             return {"accepted": accepted, "pid": os.getpid(), "load_id": self.load_id, "jobs": self.jobs}
         if message["op"] == "generate":
-            from snakeskills.prompts import render_messages
+            from snakeskills.prompts import encode_messages
 
-            tokenizer = getattr(self.backend, "tokenizer", None)
             requests = [
                 GenerationRequest(
-                    prompt=render_messages(r["messages"], chat_template=message["chat_template"], tokenizer=tokenizer),
                     seed=r["seed"],
+                    prompt_token_ids=tuple(
+                        encode_messages(
+                            r["messages"], chat_template=message["chat_template"], tokenizer=self.backend.tokenizer
+                        )
+                    ),
                 )
                 for r in message["requests"]
             ]

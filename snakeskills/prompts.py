@@ -1,13 +1,15 @@
 """Prompt templates filled from record fields.
 
-A resolved prompt is ``{"system": str | None, "user": str, "examples": str, "chat_template": bool}``.
+A resolved prompt is ``{"system": str | None, "user": str, "examples": str, "chat_template": bool,
+"stop": list[str]}``.
 Templates use Python ``str.format`` placeholders (``{problem}``, any record field, and
 ``{examples}`` for the few-shot block); literal braces are doubled (``\\boxed{{}}``), as in
 NeMo-Skills' prompt files. With ``chat_template: true`` the tokenizer's chat template turns the
 messages into the model input; otherwise the system and user texts are concatenated.
 
-Prompt templates live in YAML files with the keys ``system`` (optional), ``user`` and
-``few_shot`` (optional: ``template``, ``separator``, ``examples``). The config's ``prompt.template``
+Prompt templates live in YAML files with the keys ``system`` (optional), ``user``,
+``few_shot`` (optional: ``template``, ``separator``, ``examples``) and ``stop`` (optional: strings that end
+a generation in the template's format, e.g. the next few-shot problem's header). The config's ``prompt.template``
 names a shipped template (``snakeskills/prompt_templates/<name>.yaml``) or a path to such a file;
 ``prompt.system`` / ``prompt.user`` given in the config override the file's.
 """
@@ -22,7 +24,7 @@ import yaml
 from snakeskills.errors import SnakeskillsError
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "prompt_templates"
-TEMPLATE_KEYS = {"system", "user", "few_shot"}
+TEMPLATE_KEYS = {"system", "user", "few_shot", "stop"}
 FEW_SHOT_KEYS = {"template", "separator", "examples"}
 
 
@@ -62,6 +64,9 @@ def load_template_file(path: Path) -> dict:
             raise SnakeskillsError(f"{path}: key 'few_shot' must be a mapping with keys {sorted(FEW_SHOT_KEYS)}")
         if not isinstance(few_shot.get("template"), str) or not isinstance(few_shot.get("examples"), list):
             raise SnakeskillsError(f"{path}: few_shot needs 'template' (a string) and 'examples' (a list of mappings)")
+    stop = content.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(marker, str) and marker for marker in stop):
+        raise SnakeskillsError(f"{path}: key 'stop' must be a list of non-empty strings")
     return content
 
 
@@ -104,6 +109,8 @@ def resolve_prompt(prompt_config: dict) -> dict:
         "user": user,
         "examples": render_examples(content.get("few_shot"), prompt_config["num_few_shot"], where),
         "chat_template": prompt_config["chat_template"],
+        # strings that end a generation in this prompt's format (added to generation.sampling.stop)
+        "stop": content.get("stop", []),
     }
 
 
@@ -149,5 +156,25 @@ def render_messages(messages: list[dict], *, chat_template: bool, tokenizer=None
     return "".join(message["content"] for message in messages)
 
 
+def encode_messages(messages: list[dict], *, chat_template: bool, tokenizer) -> list[int]:
+    """The token ids the model continues for a conversation ending with a user turn.
+
+    The one place a prompt becomes model input (generation in every backend that tokenizes, the shared
+    model server, SFT, the tiny model's bootstrap). Text rendered by a chat template already holds every
+    special token the model expects (Llama-3's template writes BOS, ChatML writes ``<|im_start|>``), so it
+    is tokenized without adding special tokens, as transformers' and vLLM's chat paths do; a tokenizer that
+    adds BOS on its own (Llama-3's does) would otherwise double it. Plain concatenated text (base models)
+    gets the tokenizer's special tokens, as in pretraining.
+    """
+    text = render_messages(messages, chat_template=chat_template, tokenizer=tokenizer)
+    return tokenizer(text, add_special_tokens=not chat_template)["input_ids"]
+
+
+def model_input_ids(prompt: dict, record: dict, tokenizer) -> list[int]:
+    """The token ids the model continues for one record under a resolved prompt."""
+    return encode_messages(build_messages(prompt, record), chat_template=prompt["chat_template"], tokenizer=tokenizer)
+
+
 def format_prompt(prompt: dict, record: dict, tokenizer=None) -> str:
+    """The prompt's text for one record (what ``model_input_ids`` tokenizes), for display and text APIs."""
     return render_messages(build_messages(prompt, record), chat_template=prompt["chat_template"], tokenizer=tokenizer)

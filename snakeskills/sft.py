@@ -14,7 +14,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_directory, fingerprint, iter_jsonl, write_json, write_jsonl
-from snakeskills.prompts import build_messages, render_messages
+from snakeskills.prompts import build_messages, encode_messages
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +111,13 @@ def write_sft_exports(sft_data_path, *, alpaca_path, dataset_info_path, dataset_
 
 
 def to_prompt_completion(record: dict, *, chat_template: bool, tokenizer) -> dict:
+    """An SFT record as the trainer's example: the prompt's token ids, exactly as generation builds them
+    (``prompts.encode_messages``), and the assistant's text."""
     messages = record["messages"]
     if messages[-1]["role"] != "assistant":
         raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
-    prompt = render_messages(messages[:-1], chat_template=chat_template, tokenizer=tokenizer)
-    return {"prompt": prompt, "completion": messages[-1]["content"]}
+    prompt_ids = encode_messages(messages[:-1], chat_template=chat_template, tokenizer=tokenizer)
+    return {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
 
 
 def train_lora(

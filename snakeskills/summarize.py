@@ -11,9 +11,18 @@ import polars as pl
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
-from snakeskills.metrics import answer_codes, format_value, headline_modes, metrics_from_arrays
+from snakeskills.metrics import (
+    FINISH_REASON_SHARES,
+    add_finish_reason_shares,
+    answer_codes,
+    format_value,
+    headline_modes,
+    metrics_from_arrays,
+)
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
+# read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
+FINISH_REASON = "finish_reason"
 REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
 
 
@@ -46,6 +55,8 @@ def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
             column: np.stack([seed[column].to_numpy().astype(np.float64) for seed in seeds]) for column in score_columns
         },
     )
+    if FINISH_REASON in seeds[0].columns:
+        add_finish_reason_shares(metrics, np.stack([seed[FINISH_REASON].to_numpy() for seed in seeds]))
     return {benchmark: metrics}
 
 
@@ -83,13 +94,14 @@ def _read_seed_fast(path: str | Path) -> pl.DataFrame | None:
         first = _first_row(path)
         if first is None:
             return None
-        # as the per-row reader does, a score column is taken when the first row has it
+        # as the per-row reader does, a score column (or finish_reason) is taken when the first row has it
         scores = [column for column in SCORE_COLUMNS if column in first]
         schema = {
             "id": pl.String,
             "predicted_answer": pl.String,
             "num_generated_tokens": pl.Int64,
             **dict.fromkeys(scores, pl.Boolean),
+            **({FINISH_REASON: pl.String} if FINISH_REASON in first else {}),
         }
         frame = pl.read_ndjson(_polars_source(path), schema=schema)
         # a field missing from a row reads as null: only predicted_answer may legitimately be null
@@ -168,6 +180,11 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
         }
         for score in scores:
             columns[score] = [bool(row[score]) for row in rows]
+        if FINISH_REASON in rows[0]:
+            for line_number, row in enumerate(rows, start=1):
+                if not isinstance(row.get(FINISH_REASON), str):
+                    raise SnakeskillsError(f"{path}:{line_number}: judged row lacks a string field 'finish_reason'")
+            columns[FINISH_REASON] = [row[FINISH_REASON] for row in rows]
         seeds.append(
             pl.DataFrame(
                 columns,
@@ -180,6 +197,10 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
 
 def _check_same_scores(seed_paths: list[str | Path], seeds: list[pl.DataFrame]) -> None:
     for path, seed in zip(seed_paths, seeds, strict=True):
+        if (FINISH_REASON in seed.columns) != (FINISH_REASON in seeds[0].columns):
+            has = "has" if FINISH_REASON in seed.columns else "lacks"
+            other = "lacks" if FINISH_REASON in seed.columns else "has"
+            raise SnakeskillsError(f"{path}: {has} finish_reason but {seed_paths[0]} {other} it")
         if seed.columns != seeds[0].columns:
             have = [column for column in SCORE_COLUMNS if column in seed.columns]
             first = [column for column in SCORE_COLUMNS if column in seeds[0].columns]
@@ -195,11 +216,13 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
     for model, benchmarks in summary.items():
         for benchmark, metrics in benchmarks.items():
             modes = headline_modes(metrics)
+            shares = [metric for metric in FINISH_REASON_SHARES.values() if metric in metrics[modes[0]]]
             if header is None:
-                header = ["model", "benchmark", "num_entries", *modes]
+                header = ["model", "benchmark", "num_entries", *modes, *shares]
             rows.append(
                 [model, benchmark, str(metrics[modes[0]]["num_entries"])]
                 + [format_value(metrics[mode], "symbolic_correct") for mode in modes]
+                + [format_value(metrics[modes[0]], metric) for metric in shares]
             )
     return [header, *rows]
 

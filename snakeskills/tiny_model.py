@@ -15,8 +15,10 @@ logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
-# a minimal chat format ("U: ...\nA: "), so prompt.chat_template: true works with the tiny model too
+# a minimal chat format ("<s>U: ...\nA: "), so prompt.chat_template: true works with the tiny model too; like
+# Llama-3's, the template writes BOS and the tokenizer adds one to plain text (prompts.encode_messages)
 CHAT_TEMPLATE = (
+    "{{ bos_token }}"
     "{% for message in messages %}{{ message['role'][0] | upper }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}A: {% endif %}"
 )
@@ -92,7 +94,7 @@ def build_and_bootstrap(
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
     """
     from snakeskills.io import atomic_directory, write_json
-    from snakeskills.prompts import fill_template, format_prompt
+    from snakeskills.prompts import fill_template, model_input_ids
     from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
 
     output_dir = Path(output_dir)
@@ -101,11 +103,14 @@ def build_and_bootstrap(
     num_parameters = sum(parameter.numel() for parameter in model.parameters())
     logger.info("built tiny Llama with %d parameters, vocabulary %d", num_parameters, len(tokenizer))
     examples = [
-        {"prompt": format_prompt(prompt_config, record), "completion": fill_template(completion_template, record)}
+        {
+            "prompt_ids": model_input_ids(prompt_config, record, tokenizer),
+            "completion": fill_template(completion_template, record),
+        }
         for record in bootstrap_records
     ]
     validation = [
-        {"prompt": format_prompt(prompt_config, record), "expected_answer": record["expected_answer"]}
+        {"prompt_ids": model_input_ids(prompt_config, record, tokenizer), "expected_answer": record["expected_answer"]}
         for record in validation_records
     ]
     max_new_tokens = max(len(tokenizer(example["completion"])["input_ids"]) for example in examples) + 2
@@ -132,7 +137,11 @@ def build_and_bootstrap(
     metrics["num_parameters"] = num_parameters
     metrics["validation_history"] = stopper.history
     metrics["final_validation_accuracy"] = greedy_accuracy(
-        model, tokenizer, [v["prompt"] for v in validation], [v["expected_answer"] for v in validation], max_new_tokens
+        model,
+        tokenizer,
+        [v["prompt_ids"] for v in validation],
+        [v["expected_answer"] for v in validation],
+        max_new_tokens,
     )
     with atomic_directory(output_dir) as staging:
         model.save_pretrained(staging)
@@ -142,15 +151,15 @@ def build_and_bootstrap(
     return metrics
 
 
-def greedy_accuracy(model, tokenizer, prompts: list[str], expected: list[str], max_new_tokens: int) -> float:
-    """Share of prompts whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
+def greedy_accuracy(model, tokenizer, prompts: list[list[int]], expected: list[str], max_new_tokens: int) -> float:
+    """Share of prompts (token ids) whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
     import torch
 
     from snakeskills.judge import exact_match, extract_answer
 
     was_training = model.training
     model.eval()
-    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    encoded = tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True, padding_side="left")
     with torch.inference_mode():
         output = model.generate(
             **encoded.to(model.device),
@@ -176,7 +185,7 @@ def accuracy_stop_callback(tokenizer, validation: list[dict], *, target: float, 
     """
     from transformers import TrainerCallback
 
-    prompts = [record["prompt"] for record in validation]
+    prompts = [record["prompt_ids"] for record in validation]
     expected = [record["expected_answer"] for record in validation]
 
     class StopAtAccuracy(TrainerCallback):

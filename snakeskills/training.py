@@ -99,8 +99,9 @@ def discard_trainer_dir(trainer_dir: str | Path) -> None:
 def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
     """A ``datasets.Dataset`` of ``input_ids``/``labels``; prompt tokens are masked out of the loss.
 
-    ``prompt`` is the fully formatted model input (chat template already applied where used);
-    the completion is followed by the tokenizer's EOS so the model learns to stop.
+    ``prompt_ids`` are the model input as generation builds it (``prompts.encode_messages``: chat template
+    applied, special tokens exactly once); the completion is tokenized on its own, as the model generates
+    it after the prompt, and followed by the tokenizer's EOS so the model learns to stop.
     """
     import datasets
 
@@ -108,7 +109,7 @@ def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int)
         raise ValueError("tokenizer has no eos_token; SFT needs one to teach the model where to stop")
     rows = []
     for example in examples:
-        prompt_ids = tokenizer(example["prompt"], add_special_tokens=True)["input_ids"]
+        prompt_ids = list(example["prompt_ids"])
         completion_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"]
         completion_ids = completion_ids + [tokenizer.eos_token_id]
         input_ids = (prompt_ids + completion_ids)[:max_length]
@@ -158,7 +159,7 @@ def train_on_examples(
     threads: int = 1,
     callbacks: list | None = None,
 ) -> dict:
-    """Train ``model`` in place on prompt/completion ``examples``; returns the training metrics.
+    """Train ``model`` in place on ``examples`` (``prompt_ids``, ``completion``); returns the training metrics.
 
     With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
     training resumes from the newest complete one found there (a rerun after a kill continues, not

@@ -8,7 +8,9 @@ import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, dry_run_counts
 
-from snakeskills.backends import GenerationRequest, SamplingParams
+from snakeskills.backends import SamplingParams, build_request
+
+PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
 
 
 @pytest.fixture()
@@ -42,9 +44,9 @@ def test_merged_checkpoint_generates_like_base_plus_adapter(tiny_checkpoint, ada
         base_model_path=str(tiny_checkpoint), adapter_path=adapter, output_dir=merged, trust_remote_code=False
     )
     assert (merged / "config.json").exists() and not (merged / "adapter_config.json").exists()
-    requests = [GenerationRequest(prompt=f"{a}+{a}=", seed=a) for a in range(8)]
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=6)
     with_adapter = HFBackend(model_path=str(tiny_checkpoint), adapter_path=str(adapter), device="cpu", threads=1)
+    requests = [build_request(with_adapter, PROMPT, {"problem": f"{a}+{a}"}, a) for a in range(8)]
     full = HFBackend(model_path=str(merged), device="cpu", threads=1)
     plain = HFBackend(model_path=str(tiny_checkpoint), device="cpu", threads=1)
     assert full.generate(requests, sampling) == with_adapter.generate(requests, sampling)
@@ -69,7 +71,7 @@ def test_vllm_backend_generates_with_per_request_seeds(tiny_checkpoint):
     from snakeskills.backends.vllm import VLLMBackend
 
     backend = VLLMBackend(model_path=str(tiny_checkpoint), gpu_memory_utilization=0.3, enforce_eager=True)
-    requests = [GenerationRequest(prompt=f"{a}+{a}=", seed=a) for a in range(4)]
+    requests = [build_request(backend, PROMPT, {"problem": f"{a}+{a}"}, a) for a in range(4)]
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
     first, again = backend.generate(requests, sampling), backend.generate(list(reversed(requests)), sampling)
     assert first == list(reversed(again))  # a row's sample depends on its seed only

@@ -16,7 +16,7 @@ MESSAGES = [({"role": "user", "content": f"{a}+{a}="},) for a in range(10)]
 
 
 def requests():
-    return [GenerationRequest(prompt="", seed=index, messages=messages) for index, messages in enumerate(MESSAGES)]
+    return [GenerationRequest(seed=index, messages=messages) for index, messages in enumerate(MESSAGES)]
 
 
 def shared(tiny_checkpoint, directory, **overrides):
@@ -46,7 +46,11 @@ def test_jobs_share_one_load_and_get_the_same_samples_as_a_direct_load(tiny_chec
 
     direct = HFBackend(model_path=str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
     expected = direct.generate(
-        [GenerationRequest(prompt=m[0]["content"], seed=i) for i, m in enumerate(MESSAGES)], SAMPLING
+        [
+            GenerationRequest(seed=i, prompt_token_ids=tuple(direct.tokenizer(m[0]["content"])["input_ids"]))
+            for i, m in enumerate(MESSAGES)
+        ],
+        SAMPLING,
     )
     with caplog.at_level(logging.INFO, logger="snakeskills"):
         first = shared(tiny_checkpoint, directory)

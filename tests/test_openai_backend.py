@@ -28,7 +28,7 @@ from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.resumable import progress_path_for
 
-PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
+PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5)
 
 

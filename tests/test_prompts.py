@@ -57,7 +57,7 @@ def test_chat_template_of_a_real_tokenizer_is_applied():
     from snakeskills.tiny_model import build_char_tokenizer
 
     prompt = resolve_prompt(prompt_config(system="Add.", user="{problem}=", chat_template=True))
-    assert format_prompt(prompt, {"problem": "2+3"}, build_char_tokenizer()) == "S: Add.\nU: 2+3=\nA: "
+    assert format_prompt(prompt, {"problem": "2+3"}, build_char_tokenizer()) == "<s>S: Add.\nU: 2+3=\nA: "
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,7 @@ def test_fill_template_invalid_format_string():
 
 
 def test_build_and_render_messages_without_chat_template():
-    config = {"system": "Be brief. ", "user": "Q: {problem}", "examples": "", "chat_template": False}
+    config = {"system": "Be brief. ", "user": "Q: {problem}", "examples": "", "chat_template": False, "stop": []}
     messages = build_messages(config, {"problem": "3*4"})
     assert messages == [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": "Q: 3*4"}]
     assert render_messages(messages, chat_template=False) == "Be brief. Q: 3*4"
@@ -341,7 +341,7 @@ def test_prepare_split_synthetic_matches_generator():
 
 # ---------------------------------------------------------------- sft
 
-PROMPT = {"system": "Solve.", "user": "Q: {problem}", "examples": "", "chat_template": False}
+PROMPT = {"system": "Solve.", "user": "Q: {problem}", "examples": "", "chat_template": False, "stop": []}
 FILTERS = {"correct_only": True, "max_generation_tokens": 100, "dedup": True, "max_per_problem": 2}
 
 

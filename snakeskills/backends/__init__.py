@@ -23,9 +23,13 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    prompt: str  # the rendered text the model continues ("" for backends that take messages)
+    """One prompt, in the form its backend takes: token ids (hf, vllm), messages (chat APIs, the model
+    server) or text (a completions API); see ``build_request``."""
+
     seed: int
+    prompt_token_ids: tuple[int, ...] | None = None  # what the model continues (prompts.model_input_ids)
     messages: tuple[dict, ...] | None = None  # the conversation, for chat APIs that apply their own template
+    prompt: str | None = None  # the rendered text, for completions APIs that tokenize it themselves
 
 
 @dataclass(frozen=True)
@@ -76,14 +80,35 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     return text[:cut], True
 
 
-def sampling_from_config(sampling: dict) -> SamplingParams:
-    """``generation.sampling`` (schema defaults filled) -> ``SamplingParams``."""
+def sampling_from_config(sampling: dict, prompt: dict) -> SamplingParams:
+    """``generation.sampling`` (schema defaults filled) -> ``SamplingParams``, plus the prompt template's stops."""
     return SamplingParams(
         temperature=sampling["temperature"],
         top_p=sampling["top_p"],
         top_k=sampling["top_k"],
         max_new_tokens=sampling["max_new_tokens"],
-        stop=tuple(sampling["stop"]),
+        stop=tuple(dict.fromkeys([*sampling["stop"], *prompt["stop"]])),
+    )
+
+
+def context_overflow(
+    num_prompt_tokens: int, max_new_tokens: int, context_length: int | None
+) -> GenerationResult | None:
+    """The soft failure of a prompt that leaves no room for ``max_new_tokens`` in the model's context, or None.
+
+    Such a row gets an empty ``generation`` with ``finish_reason: error`` (as the openai backend reports a
+    server's context-length refusal) instead of failing the whole job or being silently cut.
+    """
+    if context_length is None or num_prompt_tokens + max_new_tokens <= context_length:
+        return None
+    return GenerationResult(
+        generation="",
+        num_generated_tokens=0,
+        finish_reason="error",
+        error=(
+            f"prompt of {num_prompt_tokens} tokens + max_new_tokens {max_new_tokens} exceeds the model's context "
+            f"of {context_length} tokens"
+        ),
     )
 
 
@@ -140,13 +165,11 @@ def _local_backend_options(generation: dict, model: dict, model_path: str, adapt
 
 
 def build_request(backend, prompt: dict, record: dict, seed: int) -> GenerationRequest:
-    """The request for one record: rendered text, or the messages for backends that apply their own template."""
-    from snakeskills.prompts import build_messages, render_messages
+    """The request for one record, in the form ``backend.takes`` names: "token_ids", "messages" or "text"."""
+    from snakeskills.prompts import build_messages, format_prompt, model_input_ids
 
-    messages = build_messages(prompt, record)
-    if getattr(backend, "takes_messages", False):
-        return GenerationRequest(prompt="", seed=seed, messages=tuple(messages))
-    text = render_messages(
-        messages, chat_template=prompt["chat_template"], tokenizer=getattr(backend, "tokenizer", None)
-    )
-    return GenerationRequest(prompt=text, seed=seed)
+    if backend.takes == "token_ids":
+        return GenerationRequest(seed=seed, prompt_token_ids=tuple(model_input_ids(prompt, record, backend.tokenizer)))
+    if backend.takes == "messages":
+        return GenerationRequest(seed=seed, messages=tuple(build_messages(prompt, record)))
+    return GenerationRequest(seed=seed, prompt=format_prompt(prompt, record, backend.tokenizer))

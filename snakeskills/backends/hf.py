@@ -12,7 +12,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams, truncate_at_stop
+from snakeskills.backends import (
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    context_overflow,
+    truncate_at_stop,
+)
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)
@@ -38,7 +44,6 @@ def load_model_and_tokenizer(
     if not Path(model_path).exists():
         raise SnakeskillsError(f"model path {model_path!r} does not exist (config: model.path)")
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
@@ -88,8 +93,48 @@ class PerRequestSampler:
         return scores + gumbel.to(scores.device)
 
 
+class RowEnds:
+    """Stopping criterion: a row ends at its first EOS token or stop string; records where.
+
+    transformers stops a row once any criterion says so (later positions are padding), but does not tell
+    where each row ended. This criterion does: ``lengths[i]`` is the number of generated tokens of row i up
+    to and including its EOS or the token that completed a stop string (transformers' ``StopStringCriteria``,
+    which matches stop strings across token boundaries), or None while it runs.
+    """
+
+    def __init__(self, prompt_length: int, batch_size: int, eos_token_ids: set[int], stop_criteria):
+        self.prompt_length = prompt_length
+        self.eos_token_ids = sorted(eos_token_ids)
+        self.stop_criteria = stop_criteria
+        self.lengths: list[int | None] = [None] * batch_size
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        last = input_ids[:, -1]
+        ended_by_eos = torch.isin(last, torch.tensor(self.eos_token_ids, device=last.device))
+        ended_by_stop = (
+            self.stop_criteria(input_ids, scores) if self.stop_criteria is not None else torch.zeros_like(ended_by_eos)
+        )
+        ended = ended_by_eos | ended_by_stop
+        generated = input_ids.shape[1] - self.prompt_length
+        for row in torch.nonzero(ended).flatten().tolist():
+            if self.lengths[row] is None:
+                self.lengths[row] = generated
+        return ended
+
+
+def context_length(model, tokenizer) -> int | None:
+    """The model's context in tokens: its config's position limit, else the tokenizer's (when it states one)."""
+    for value in (getattr(model.config, "max_position_embeddings", None), tokenizer.model_max_length):
+        if isinstance(value, int) and 0 < value < 10**8:
+            return value
+    return None
+
+
 class HFBackend:
     name = "hf"
+    takes = "token_ids"
 
     def __init__(
         self,
@@ -103,6 +148,7 @@ class HFBackend:
         threads: int = 1,
     ):
         import torch
+        from transformers import GenerationConfig
 
         torch.set_num_threads(threads)
         self.device = resolve_device(device)
@@ -114,26 +160,62 @@ class HFBackend:
             dtype=dtype,
             trust_remote_code=trust_remote_code,
         )
-        eos = self.model.generation_config.eos_token_id
+        checkpoint_config = self.model.generation_config
+        eos = checkpoint_config.eos_token_id
         self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        # A checkpoint's generation_config.json (do_sample, temperature, top_p, top_k, repetition_penalty,
+        # no_repeat_ngram_size, ...) is merged by `generate` into every unset field of the config it is
+        # given. Only its end-of-sequence tokens are kept: our sampling settings alone decide the samples.
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=checkpoint_config.bos_token_id,
+            eos_token_id=sorted(self.eos_token_ids),
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        self.context_length = context_length(self.model, self.tokenizer)
+        self._stop_criteria: dict[tuple[str, ...], object] = {}
         logger.info(
-            "loaded model %s%s on %s", model_path, f" + adapter {adapter_path}" if adapter_path else "", self.device
+            "loaded model %s%s on %s (context %s tokens)",
+            model_path,
+            f" + adapter {adapter_path}" if adapter_path else "",
+            self.device,
+            self.context_length,
         )
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        results = []
-        for start in range(0, len(requests), self.batch_size):
-            results.extend(self._generate_batch(requests[start : start + self.batch_size], sampling))
+        results: list[GenerationResult | None] = [
+            context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
+            for request in requests
+        ]
+        fitting = [index for index, result in enumerate(results) if result is None]
+        for start in range(0, len(fitting), self.batch_size):
+            batch = fitting[start : start + self.batch_size]
+            for index, result in zip(batch, self._generate_batch([requests[i] for i in batch], sampling), strict=True):
+                results[index] = result
         return results
+
+    def _stop_strings(self, stop: tuple[str, ...]):
+        """transformers' stop-string criterion for these strings (built once: it preprocesses the vocabulary)."""
+        if not stop:
+            return None
+        if stop not in self._stop_criteria:
+            from transformers import StopStringCriteria
+
+            self._stop_criteria[stop] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
+        return self._stop_criteria[stop]
 
     def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        encoded = self.tokenizer(
-            [request.prompt for request in requests], return_tensors="pt", padding=True, add_special_tokens=True
+        encoded = self.tokenizer.pad(
+            {"input_ids": [list(request.prompt_token_ids) for request in requests]},
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
         ).to(self.device)
+        prompt_length = encoded["input_ids"].shape[1]
+        row_ends = RowEnds(prompt_length, len(requests), self.eos_token_ids, self._stop_strings(sampling.stop))
         generation_config = GenerationConfig(
             do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
@@ -145,23 +227,22 @@ class HFBackend:
                 **encoded,
                 generation_config=generation_config,
                 logits_processor=LogitsProcessorList([PerRequestSampler([r.seed for r in requests], sampling)]),
+                stopping_criteria=StoppingCriteriaList([row_ends]),
             )
-        new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
+        new_tokens = output[:, prompt_length:].tolist()
         results = []
-        for tokens in new_tokens:
-            length = len(tokens)
-            hit_eos = False
-            for index, token in enumerate(tokens):
-                if token in self.eos_token_ids:
-                    length, hit_eos = index + 1, True
-                    break
-            text = self.tokenizer.decode(tokens[:length], skip_special_tokens=True)
-            text, hit_stop = truncate_at_stop(text, sampling.stop)
+        for row, tokens in enumerate(new_tokens):
+            length = row_ends.lengths[row]
+            ended = length is not None
+            if not ended:
+                length = len(tokens)
+            # the text ends with the stop string that ended it (if any): cut there
+            text, _ = truncate_at_stop(self.tokenizer.decode(tokens[:length], skip_special_tokens=True), sampling.stop)
             results.append(
                 GenerationResult(
                     generation=text,
                     num_generated_tokens=length,
-                    finish_reason="stop" if hit_eos or hit_stop else "length",
+                    finish_reason="stop" if ended else "length",
                 )
             )
         return results

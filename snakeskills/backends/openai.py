@@ -67,7 +67,8 @@ class OpenAIBackend:
         self.base_url = base_url
         self.model = model
         self.api = api
-        self.takes_messages = api == "chat"
+        # chat: the server applies its chat template; completions: our rendered text, which the server tokenizes
+        self.takes = "messages" if api == "chat" else "text"
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self.retry_initial_seconds = retry_initial_seconds

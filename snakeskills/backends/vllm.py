@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams, context_overflow
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)
@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 class VLLMBackend:
     name = "vllm"
+    takes = "token_ids"  # vLLM would add special tokens to text prompts again (a doubled BOS)
 
     def __init__(
         self,
@@ -51,10 +52,23 @@ class VLLMBackend:
             enforce_eager=enforce_eager,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_length = self.llm.llm_engine.model_config.max_model_len
         self.lora_request = LoRARequest("adapter", 1, adapter_path) if adapter_path else None
         logger.info("loaded model %s%s with vLLM", model_path, f" + adapter {adapter_path}" if adapter_path else "")
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        results: list[GenerationResult | None] = [
+            context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
+            for request in requests
+        ]
+        fitting = [index for index, result in enumerate(results) if result is None]
+        if fitting:
+            generated = self._generate([requests[index] for index in fitting], sampling)
+            for index, result in zip(fitting, generated, strict=True):
+                results[index] = result
+        return results
+
+    def _generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         from vllm import SamplingParams as VLLMSamplingParams
 
         parameters = [
@@ -70,7 +84,10 @@ class VLLMBackend:
             for request in requests
         ]
         outputs = self.llm.generate(
-            [request.prompt for request in requests], parameters, lora_request=self.lora_request, use_tqdm=False
+            [{"prompt_token_ids": list(request.prompt_token_ids)} for request in requests],
+            parameters,
+            lora_request=self.lora_request,
+            use_tqdm=False,
         )
         results = []
         for output in outputs:
