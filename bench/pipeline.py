@@ -20,8 +20,10 @@ from snakeskills.workflow import snakemake_command
 REPO = Path(__file__).resolve().parent.parent
 
 
-def snakemake(workdir: Path, *arguments: str) -> tuple[float, subprocess.CompletedProcess]:
-    command = snakemake_command(REPO / "Snakefile", workdir, REPO / "config/config.yaml", *arguments)
+def snakemake(
+    workdir: Path, *arguments: str, configfile: Path = REPO / "config/config.yaml"
+) -> tuple[float, subprocess.CompletedProcess]:
+    command = snakemake_command(REPO / "Snakefile", workdir, configfile, *arguments)
     start = time.perf_counter()
     process = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
     elapsed = time.perf_counter() - start

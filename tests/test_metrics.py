@@ -567,3 +567,54 @@ def test_non_binary_or_null_scores_raise():
     frame = make_frame([["1", "2"]], [[True, False]]).with_columns(pl.Series("symbolic_correct", [None, True]))
     with pytest.raises(SnakeskillsError, match="null values"):
         compute_metrics(frame, ["symbolic_correct"])
+
+
+# ---------------------------------------------------------------- finish reasons: truncated and errored rows
+
+
+def with_finish_reasons(problems: list[list[dict]], rng: random.Random) -> list[list[dict]]:
+    for samples in problems:
+        for sample in samples:
+            sample["finish_reason"] = rng.choices(["stop", "length", "error"], weights=[6, 3, 1])[0]
+    return problems
+
+
+def test_truncated_and_errored_shares_of_the_first_k_samples(tmp_path):
+    problems = [
+        [{"finish_reason": "stop"}, {"finish_reason": "length"}, {"finish_reason": "error"}],
+        [{"finish_reason": "length"}, {"finish_reason": "length"}, {"finish_reason": "stop"}],
+    ]
+    for index, samples in enumerate(problems):
+        for sample in samples:
+            sample.update(id=f"p{index}", predicted_answer="1", num_generated_tokens=3, symbolic_correct=True)
+    metrics = summarize_benchmark("bench", write_seed_files(tmp_path, problems))["bench"]
+    assert metrics["pass@1"]["truncated"] == 50.0 and metrics["pass@1"]["errors"] == 0.0  # seed 0: 1 of 2
+    assert metrics["pass@1[avg-of-2]"]["truncated"] == 75.0  # 3 of the first 2 x 2
+    assert metrics["majority@3"]["truncated"] == metrics["pass@3"]["truncated"] == pytest.approx(100 * 3 / 6)
+    assert metrics["pass@3"]["errors"] == pytest.approx(100 / 6)
+    table = format_table("bench", metrics)
+    assert "truncated" in table.splitlines()[1] and "50.00%" in table
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_finish_reason_shares_match_the_reference(tmp_path, monkeypatch, per_row):
+    rng = random.Random(21)
+    paths = write_seed_files(tmp_path, with_finish_reasons(random_problems(rng, 40, 5, judge=True), rng))
+    if per_row:
+        monkeypatch.setattr(summarize, "_read_seed_fast", lambda path: None)
+    else:
+        assert all(summarize._read_seed_fast(path) is not None for path in paths)
+    actual = summarize_benchmark("bench", paths)
+    assert_same_metrics(actual, reference_summarize("bench", paths))
+    assert {"truncated", "errors"} <= set(actual["bench"]["majority@4"])
+
+
+def test_a_seed_file_without_finish_reason_is_named(tmp_path):
+    rng = random.Random(5)
+    paths = write_seed_files(tmp_path, with_finish_reasons(random_problems(rng, 6, 2, judge=False), rng))
+    rows = [json.loads(line) for line in paths[1].read_text().splitlines()]
+    paths[1].write_text(
+        "".join(json.dumps({k: v for k, v in row.items() if k != "finish_reason"}) + "\n" for row in rows)
+    )
+    with pytest.raises(SnakeskillsError, match="lacks finish_reason"):
+        summarize_benchmark("bench", paths)

@@ -19,7 +19,7 @@ def requests():
     return [GenerationRequest(seed=index, messages=messages) for index, messages in enumerate(MESSAGES)]
 
 
-def shared(tiny_checkpoint, directory, **overrides):
+def shared(tiny_checkpoint, directory, chat_template=False, **overrides):
     options = {
         "model_path": str(tiny_checkpoint),
         "adapter_path": None,
@@ -30,7 +30,9 @@ def shared(tiny_checkpoint, directory, **overrides):
         "threads": 1,
     }
     settings = {"idle_seconds": 3, "jobs_per_load": 64, **overrides}
-    return SharedModelBackend(backend="hf", options=options, chat_template=False, directory=str(directory), **settings)
+    return SharedModelBackend(
+        backend="hf", options=options, chat_template=chat_template, directory=str(directory), **settings
+    )
 
 
 @pytest.fixture()
@@ -83,3 +85,21 @@ def test_jobs_per_load_starts_a_fresh_server(tiny_checkpoint, directory, caplog)
     assert caplog.text.count("started model server") == 2
     assert len({backend.server_pid for backend in backends}) == 2
     assert os.getpid() not in {backend.server_pid for backend in backends}
+
+
+def test_the_server_builds_model_input_as_a_direct_load_does(tiny_checkpoint, directory):
+    """With a chat template that writes BOS (and a tokenizer that adds one), the server's model input is
+    ``prompts.encode_messages``'s, as in every other path: its samples equal a direct load's."""
+    from snakeskills.prompts import encode_messages
+
+    direct = HFBackend(model_path=str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
+    direct_requests = []
+    for index, messages in enumerate(MESSAGES):
+        ids = encode_messages(list(messages), chat_template=True, tokenizer=direct.tokenizer)
+        assert ids.count(direct.tokenizer.bos_token_id) == 1
+        direct_requests.append(GenerationRequest(seed=index, prompt_token_ids=tuple(ids)))
+    server = shared(tiny_checkpoint, directory, chat_template=True)
+    try:
+        assert server.generate(requests(), SAMPLING) == direct.generate(direct_requests, SAMPLING)
+    finally:
+        server.close()

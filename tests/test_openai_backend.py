@@ -10,12 +10,13 @@ from __future__ import annotations
 import http.server
 import json
 import logging
-import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -51,8 +52,9 @@ class TransformersServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self):
-        executable = shutil.which("transformers")
-        assert executable, "transformers[serving] is part of the [test] extra"
+        # beside the running Python: the venv the tests run in need not be activated (not on PATH)
+        executable = Path(sys.executable).parent / "transformers"
+        assert executable.is_file(), f"{executable}: transformers[serving] is part of the [test] extra"
         self.process = subprocess.Popen(
             [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"],
             stdout=subprocess.DEVNULL,

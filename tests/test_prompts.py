@@ -95,3 +95,20 @@ def test_too_many_few_shot_examples_names_the_key():
 def test_a_user_template_is_required():
     with pytest.raises(SnakeskillsError, match="prompt.user"):
         resolve_prompt(prompt_config())
+
+
+def test_few_shot_template_ships_the_stop_strings_it_needs():
+    from snakeskills.backends import sampling_from_config
+
+    prompt = resolve_prompt(prompt_config(template="generic-math-fewshot"))
+    assert prompt["stop"] == ["\nProblem:"]
+    sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "stop": ["###", "\nProblem:"]}
+    assert sampling_from_config(sampling, prompt).stop == ("###", "\nProblem:")  # added once
+    assert resolve_prompt(prompt_config(template="generic-math"))["stop"] == []
+
+
+def test_stop_in_a_template_file_must_be_a_list_of_strings(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("user: '{problem}'\nstop: '\\n'\n")
+    with pytest.raises(SnakeskillsError, match="key 'stop' must be a list of non-empty strings"):
+        resolve_prompt(prompt_config(template=str(path)))

@@ -13,7 +13,7 @@ import re
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, REPO, dry_run_counts, run_snakemake
+from conftest import DEFAULT_CONFIG, REPO, dry_run_counts, planned_jobs, run_snakemake
 
 from snakeskills import report
 from snakeskills.errors import SnakeskillsError
@@ -38,27 +38,6 @@ def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", nam
     path = tmp_path / name
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
-
-
-def planned_jobs(workdir, configfile, *arguments) -> list[dict]:
-    """The jobs of a dry run: rule, wildcards and input files, parsed from Snakemake's job listing."""
-    process = run_snakemake(workdir, "--dry-run", *arguments, configfile=configfile)
-    output = process.stdout + process.stderr
-    assert process.returncode == 0, output
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \S+:\n)", output):
-        header = re.match(r"(?:local)?rule (\S+):\n", block)
-        if not header:
-            continue
-        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.MULTILINE))
-        jobs.append(
-            {
-                "rule": header.group(1),
-                "input": fields["input"].split(", ") if "input" in fields else [],
-                "wildcards": dict(item.split("=", 1) for item in fields.get("wildcards", "").split(", ") if item),
-            }
-        )
-    return jobs
 
 
 def job_inputs(jobs, rule, model) -> list[str]:

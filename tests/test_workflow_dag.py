@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, dry_run_counts, run_snakemake
 
@@ -108,3 +109,23 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
     assert process.returncode != 0
     assert "config key results_dir" in output and "is a file" in output
     assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith(".")) == ["blocker"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda config: config["judge"].update(regex="(\\d+"), "config key judge.regex: '(\\\\d+' does not compile"),
+        (lambda config: config.update(eval_split="train"), "config keys eval_split and train_split are both 'train'"),
+        (
+            lambda config: (config["generation"].update(backend="vllm"), config["sft"]["lora"].update(r=128)),
+            "config key sft.lora.r is 128 but generation.vllm.max_lora_rank is 64",
+        ),
+    ],
+    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max"],
+)
+def test_mistakes_that_cost_nothing_to_find_stop_the_plan(tmp_path, mutate, message):
+    process = run_snakemake(tmp_path, "--dry-run", configfile=_write_config(tmp_path, mutate))
+    output = process.stdout + process.stderr
+    assert process.returncode != 0
+    assert message in output, output[-2000:]
+    assert not (tmp_path / "results").exists()
