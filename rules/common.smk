@@ -230,7 +230,11 @@ def judge_threads():
 
 def job_python():
     """The Python of the per-chunk shell: jobs: the one running Snakemake, so that `venv/bin/snakemake` or
-    `venv/bin/python -m snakemake` works without activating the venv; under --sdm conda, the env's python3."""
+    `venv/bin/python -m snakemake` works without activating the venv; under --sdm conda, the env's python3.
+
+    The shell: commands read it from $SNAKESKILLS_JOB_PYTHON, set here when the workflow is parsed (also in
+    each job Snakemake spawns, on SLURM), rather than from params: a params change marks finished jobs
+    outdated, and a new venv path must not rerun every generation."""
     from snakemake.settings.types import DeploymentMethod
 
     if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
@@ -238,7 +242,7 @@ def job_python():
     return sys.executable
 
 
-JOB_PYTHON = job_python()
+os.environ.update(SNAKESKILLS_JOB_PYTHON=job_python())
 
 
 def generation_env(generation):

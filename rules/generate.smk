@@ -33,5 +33,5 @@ rule generate:
     conda:
         GENERATION_ENV
     shell:
-        "{JOB_PYTHON:q} -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
+        "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
         " --threads {threads} --output {output:q} --log {log:q}"

@@ -13,7 +13,7 @@ rule judge:
     conda:
         "../envs/judge.yaml"
     shell:
-        "{JOB_PYTHON:q} -m snakeskills.cli judge --settings-json {params.judge:q} --threads {threads}"
+        "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli judge --settings-json {params.judge:q} --threads {threads}"
         " --input {input:q} --output {output:q} --log {log:q}"
 
 
@@ -43,7 +43,7 @@ rule llm_judge:
     conda:
         LLM_JUDGE_ENV
     shell:
-        "{JOB_PYTHON:q} -m snakeskills.cli llm-judge --settings {input.settings:q} --threads {threads}"
+        "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-judge --settings {input.settings:q} --threads {threads}"
         " --input {input.judged:q} --output {output:q} --log {log:q}"
 
 

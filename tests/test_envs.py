@@ -185,11 +185,10 @@ def test_every_rule_names_an_existing_env(tmp_path, variant):
         assert Path(rules[name]["conda"]).stem == stem, (name, rules[name]["conda"])
 
 
-# what a shell: command may contain: the job's Python, threads, the job's wildcards and files, and JobSettings
-# params (one JSON argument), every value shell-quoted
-SAFE_SHELL_FIELD = re.compile(
-    r"JOB_PYTHON:q|threads|(?:wildcards|input|output|log)(?:\.\w+)?:q|params\.(?P<param>\w+):q"
-)
+# what a shell: command may contain: threads, the job's wildcards and files, and JobSettings params (one JSON
+# argument), every value shell-quoted; the job's Python comes from the environment (rules/common.smk job_python)
+SAFE_SHELL_FIELD = re.compile(r"threads|(?:wildcards|input|output|log)(?:\.\w+)?:q|params\.(?P<param>\w+):q")
+JOB_PYTHON_COMMAND = '"$SNAKESKILLS_JOB_PYTHON" -m snakeskills.cli '
 
 
 @pytest.mark.parametrize("variant", ["default", "openai-judge"])
@@ -204,6 +203,7 @@ def test_shell_commands_take_no_config_text(tmp_path, variant):
     shell_rules = {name: rule for name, rule in rules.items() if rule["shellcmd"]}
     assert {"generate", "judge"} <= shell_rules.keys()
     for name, rule in shell_rules.items():
+        assert rule["shellcmd"].startswith(JOB_PYTHON_COMMAND), (name, rule["shellcmd"])
         fields = re.findall(r"{([^{}]*)}", rule["shellcmd"])
         assert fields, name
         for field in fields:
