@@ -1,12 +1,20 @@
-"""HF backend: batched generation against one-by-one ``generate``, tokens/s of each and the ratio.
+"""HF backend against plain transformers sampling: tokens/s on the same model, prompts and settings.
 
-Usage: python bench/generation.py [--prompts 256] [--batch-size 256] [--device auto]
-       [--output bench/results/generation-<device>.json]
+Usage: python bench/generation.py [--device auto] [--shape auto|cpu|qwen0.5b] [--prompts N]
+       [--prompt-tokens N] [--max-new-tokens N] [--batch-size N] [--output bench/results/generation-<device>.json]
 
-Builds the embedded default's tiny Llama architecture (hidden 128, 2 layers, char tokenizer) with
-random weights and samples ``--prompts`` arithmetic prompts with per-row seeds, once in batches of
-``--batch-size`` (left-padded) and once one prompt at a time. Both runs use the same backend code,
-so they produce the same samples; only the batching differs. Runs on CUDA when one is available.
+Builds a Llama-shaped model with random weights and a realistic vocabulary (151,936 tokens, Qwen2.5's) and
+a word-level tokenizer of the same size, saves both to a scratch folder, and loads them with the hf
+backend. Then, on that one loaded model, with the same left-padded batches of random prompts:
+- the hf backend, sampled (temperature 0.7, top_p 0.95; each row drawn from its own seed),
+- the hf backend, greedy,
+- plain ``model.generate(do_sample=True, temperature=0.7, top_p=0.95)``, which shares one random stream
+  across the batch (no per-row seeds),
+- the hf backend, sampled, one prompt at a time (batch size 1): its samples must equal the batched ones.
+Tokens are counted per row up to and including its EOS, the same way for all three. Shapes: ``cpu`` (hidden
+256, 4 layers; 64 prompts of 32 tokens, 32 new tokens) or ``qwen0.5b`` (hidden 896, 24 layers, 14 heads,
+2 KV heads, bf16; 256 prompts of 128 tokens, 256 new tokens: the issue's H100 baseline); ``auto`` picks
+``qwen0.5b`` on CUDA.
 """
 
 from __future__ import annotations
@@ -18,72 +26,178 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakeskills.backends import SamplingParams, build_request
+from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import HFBackend
-from snakeskills.data.synthetic import arithmetic_splits
-from snakeskills.generate import row_seed
-
-PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
 
 REPO = Path(__file__).resolve().parent.parent
+VOCABULARY = 151_936
+SHAPES = {
+    "cpu": {
+        "model": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 4},
+        "kv_heads": 2,
+        "dtype": "float32",
+        "prompts": 64,
+        "prompt_tokens": 32,
+        "max_new_tokens": 32,
+    },
+    "qwen0.5b": {
+        "model": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14},
+        "kv_heads": 2,
+        "dtype": "bfloat16",
+        "prompts": 256,
+        "prompt_tokens": 128,
+        "max_new_tokens": 256,
+    },
+}
 
 
-def timed(backend: HFBackend, requests, sampling) -> tuple[float, int, list]:
-    start = time.perf_counter()
-    results = backend.generate(requests, sampling)
-    if backend.device.startswith("cuda"):
+def save_random_model(folder: Path, shape: dict) -> None:
+    """A Llama with random weights and a word-level tokenizer, both with VOCABULARY tokens."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocabulary = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, VOCABULARY)}}
+    word_level = Tokenizer(models.WordLevel(vocabulary, unk_token="<eos>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCABULARY,
+        num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **shape["model"],
+    )
+    model = LlamaForCausalLM(config).to(getattr(torch, shape["dtype"]))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
         import torch
 
         torch.cuda.synchronize()
-    return time.perf_counter() - start, sum(result.num_generated_tokens for result in results), results
+
+
+def tokens_up_to_eos(rows, eos_token_id: int) -> int:
+    """Generated tokens of each row, up to and including its first EOS, summed."""
+    return sum(row.index(eos_token_id) + 1 if eos_token_id in row else len(row) for row in rows)
+
+
+def run_backend(backend: HFBackend, requests, sampling) -> tuple[float, int, list[str]]:
+    synchronize(backend.device)
+    start = time.perf_counter()
+    results = backend.generate(requests, sampling)
+    synchronize(backend.device)
+    seconds = time.perf_counter() - start
+    return seconds, sum(result.num_generated_tokens for result in results), [result.generation for result in results]
+
+
+def run_plain(backend: HFBackend, requests, sampling) -> tuple[float, int, None]:
+    """Plain ``generate(do_sample=True, ...)`` on the backend's model, in the backend's batches."""
+    import torch
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=0,
+        max_new_tokens=sampling.max_new_tokens,
+        pad_token_id=backend.tokenizer.pad_token_id,
+        eos_token_id=backend.tokenizer.eos_token_id,
+    )
+    synchronize(backend.device)
+    start, tokens = time.perf_counter(), 0
+    for first in range(0, len(requests), backend.batch_size):
+        batch = requests[first : first + backend.batch_size]
+        encoded = backend.tokenizer.pad(
+            {"input_ids": [list(request.prompt_token_ids) for request in batch]},
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+        ).to(backend.device)
+        with torch.inference_mode():
+            output = backend.model.generate(**encoded, generation_config=config)
+        tokens += tokens_up_to_eos(output[:, encoded["input_ids"].shape[1] :].tolist(), config.eos_token_id)
+    synchronize(backend.device)
+    return time.perf_counter() - start, tokens, None
+
+
+def run_one_by_one(backend: HFBackend, requests, sampling) -> tuple[float, int, list[str]]:
+    batch_size, backend.batch_size = backend.batch_size, 1
+    try:
+        return run_backend(backend, requests, sampling)
+    finally:
+        backend.batch_size = batch_size
 
 
 def main() -> None:
     import torch
 
-    from snakeskills.tiny_model import build_char_tokenizer, build_tiny_llama
-
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES])
+    parser.add_argument("--prompts", type=int)
+    parser.add_argument("--prompt-tokens", type=int)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--batch-size", type=int)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs of each; the best counts")
+    parser.add_argument("--output", type=Path)
     arguments = parser.parse_args()
 
-    records = arithmetic_splits(operations=["+"], max_operand=99, split_sizes={"test": arguments.prompts}, seed=0)[
-        "test"
-    ]
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=arguments.max_new_tokens)
+    device = "cuda" if arguments.device == "auto" and torch.cuda.is_available() else arguments.device
+    device = "cpu" if device == "auto" else device
+    shape_name = arguments.shape if arguments.shape != "auto" else ("qwen0.5b" if device == "cuda" else "cpu")
+    shape = SHAPES[shape_name]
+    prompts = arguments.prompts or shape["prompts"]
+    prompt_tokens = arguments.prompt_tokens or shape["prompt_tokens"]
+    max_new_tokens = arguments.max_new_tokens or shape["max_new_tokens"]
+    batch_size = arguments.batch_size or prompts
+
+    ids = torch.randint(2, VOCABULARY, (prompts, prompt_tokens), generator=torch.Generator().manual_seed(0))
+    requests = [GenerationRequest(seed=row, prompt_token_ids=ids[row].tolist()) for row in range(prompts)]
+    sampled = SamplingParams(temperature=0.7, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens)
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
     with tempfile.TemporaryDirectory() as folder:
-        tokenizer = build_char_tokenizer()
-        model = build_tiny_llama(tokenizer, hidden_size=128, num_layers=2, num_heads=4, seed=0, max_positions=64)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        batched = HFBackend(
-            model_path=folder, device=arguments.device, batch_size=arguments.batch_size, threads=arguments.threads
+        save_random_model(Path(folder), shape)
+        backend = HFBackend(
+            model_path=folder, device=device, dtype=shape["dtype"], batch_size=batch_size, threads=arguments.threads
         )
-        single = HFBackend(model_path=folder, device=arguments.device, batch_size=1, threads=arguments.threads)
-        requests = [build_request(batched, PROMPT, record, row_seed(0, record["id"])) for record in records]
-        timed(batched, requests[:8], sampling)  # warm-up
-        timed(single, requests[:2], sampling)
-        batched_seconds, batched_tokens, batched_results = timed(batched, requests, sampling)
-        single_seconds, single_tokens, single_results = timed(single, requests, sampling)
-    same = sum(a.generation == b.generation for a, b in zip(batched_results, single_results, strict=True))
-    device = batched.device
+    warm_up = SamplingParams(temperature=0.7, top_p=0.95, top_k=0, max_new_tokens=4)
+    run_backend(backend, requests[:batch_size], warm_up)
+    run_plain(backend, requests[:batch_size], warm_up)
+    timings = {"backend_sampled": [], "backend_greedy": [], "plain_sampled": []}
+    for _ in range(arguments.repeats):  # interleaved, so that drift in machine load touches all three alike
+        timings["backend_sampled"].append(run_backend(backend, requests, sampled))
+        timings["backend_greedy"].append(run_backend(backend, requests, greedy))
+        timings["plain_sampled"].append(run_plain(backend, requests, sampled))
+    timings["backend_one_by_one"] = [run_one_by_one(backend, requests, sampled)]
+    rates = {name: max(tokens / seconds for seconds, tokens, _ in runs) for name, runs in timings.items()}
+    batched_samples, single_samples = timings["backend_sampled"][0][2], timings["backend_one_by_one"][0][2]
+    same = sum(a == b for a, b in zip(batched_samples, single_samples, strict=True))
     figures = {
         "machine": f"{platform.machine()}, torch {torch.__version__}, {arguments.threads} threads",
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
-        "prompts": arguments.prompts,
-        "batch_size": arguments.batch_size,
-        "max_new_tokens": arguments.max_new_tokens,
-        "batched_seconds": round(batched_seconds, 3),
-        "batched_tokens_per_second": round(batched_tokens / batched_seconds, 1),
-        "one_by_one_seconds": round(single_seconds, 3),
-        "one_by_one_tokens_per_second": round(single_tokens / single_seconds, 1),
-        "speedup": round((batched_tokens / batched_seconds) / (single_tokens / single_seconds), 1),
-        "identical_samples": f"{same}/{len(requests)}",
+        "shape": shape_name,
+        "vocabulary": VOCABULARY,
+        "dtype": shape["dtype"],
+        "prompts": prompts,
+        "prompt_tokens": prompt_tokens,
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "sampling": "temperature 0.7, top_p 0.95",
+        **{f"{name}_tokens_per_second": round(rate, 1) for name, rate in rates.items()},
+        "sampled_ratio_to_plain": round(rates["backend_sampled"] / rates["plain_sampled"], 3),
+        "greedy_ratio_to_plain_sampled": round(rates["backend_greedy"] / rates["plain_sampled"], 3),
+        "batched_speedup_over_one_by_one": round(rates["backend_sampled"] / rates["backend_one_by_one"], 1),
+        "identical_samples_batched_and_one_by_one": f"{same}/{prompts}",
     }
     output = (
         arguments.output or REPO / f"bench/results/generation-{'cuda' if device.startswith('cuda') else 'cpu'}.json"
@@ -91,7 +205,7 @@ def main() -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(figures, indent=2) + "\n")
     for key, value in figures.items():
-        print(f"{key:32s} {value}")
+        print(f"{key:36s} {value}")
 
 
 if __name__ == "__main__":

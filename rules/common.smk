@@ -6,6 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
+from snakeskills.gpus import generation_gpus, training_gpus
 from snakeskills.data.prepare import apply_presets, check_benchmark_specs, check_splits, local_source_files
 from snakeskills.prompts import resolve_prompt
 from snakeskills.workflow import JobSettings
@@ -252,6 +253,7 @@ def generation_env(generation):
 
 GENERATION_ENV = generation_env(config["generation"])
 LLM_JUDGE_ENV = generation_env(config["judge"]["llm"]["generation"]) if config["judge"]["llm"] else GENERATION_ENV
+LLM_JUDGE_GPUS = generation_gpus(config["judge"]["llm"]["generation"]) if config["judge"]["llm"] else 0
 
 
 def judged_chunks(wildcards):

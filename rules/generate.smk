@@ -30,8 +30,10 @@ rule generate:
     log:
         LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
+    resources:
+        gpu=generation_gpus(config["generation"]),
     conda:
         GENERATION_ENV
     shell:
         "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
-        " --threads {threads} --output {output:q} --log {log:q}"
+        " --threads {threads} --gpus {resources.gpu} --output {output:q} --log {log:q}"

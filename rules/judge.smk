@@ -40,11 +40,13 @@ rule llm_judge:
     log:
         LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
+    resources:
+        gpu=LLM_JUDGE_GPUS,
     conda:
         LLM_JUDGE_ENV
     shell:
         "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-judge --settings {input.settings:q} --threads {threads}"
-        " --input {input.judged:q} --output {output:q} --log {log:q}"
+        " --gpus {resources.gpu} --input {input.judged:q} --output {output:q} --log {log:q}"
 
 
 rule merge_judged:

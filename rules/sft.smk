@@ -33,6 +33,8 @@ rule sft:
     log:
         LOGS / "sft/{model}.log",
     threads: workflow.cores
+    resources:
+        gpu=training_gpus(config["generation"]),
     conda:
         "../envs/training.yaml"
     script:

@@ -1,7 +1,9 @@
+from snakeskills.gpus import claim_job_gpus
 from snakeskills.sft import train_lora
 from snakeskills.workflow import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
+    claim_job_gpus(snakemake.resources.gpu)
     sft = snakemake.params.sft
     metrics = train_lora(
         base_model_path=snakemake.params.model_path,

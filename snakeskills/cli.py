@@ -9,9 +9,9 @@ which also names the prepared split), and the rule-based judge gets its few sett
 JSON argument.
 
     python3 -m snakeskills.cli generate --wildcards seed=N,chunk=K,num_chunks=C,... --settings S \
-        --threads T --output O --log L
+        --threads T --gpus G --output O --log L
     python3 -m snakeskills.cli judge --settings-json JSON --threads T --input I --output O --log L
-    python3 -m snakeskills.cli llm-judge --settings S --threads T --input I --output O --log L
+    python3 -m snakeskills.cli llm-judge --settings S --threads T --gpus G --input I --output O --log L
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ def parse_wildcards(text: str) -> dict[str, str]:
     return wildcards
 
 
+def claim_gpus_for(generation: dict, gpus: int) -> None:
+    """The job's GPUs (its rule's gpu resource), unless the config pins one (hf device cuda:N)."""
+    from snakeskills.gpus import claim_job_gpus
+
+    if generation["backend"] == "hf" and generation["device"].startswith("cuda:"):
+        return
+    claim_job_gpus(gpus)
+
+
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.generate import generate_chunk
@@ -47,6 +56,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
         generation = settings["generation"]
+        claim_gpus_for(generation, arguments.gpus)
         backend = backend_from_config(
             generation,
             settings["model"],
@@ -93,6 +103,7 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
         llm = settings["llm"]
+        claim_gpus_for(llm["generation"], arguments.gpus)
         backend = backend_from_config(
             llm["generation"],
             llm["model"],
@@ -125,7 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--log", required=True, help="the job's log file")
         return sub
 
-    generate = command("generate", run_generate, "generate one chunk of a split with one random seed")
+    def gpu_command(name: str, run, help_text: str) -> argparse.ArgumentParser:
+        sub = command(name, run, help_text)
+        sub.add_argument("--gpus", type=int, required=True, help="GPUs the job declares (its gpu resource)")
+        return sub
+
+    generate = gpu_command("generate", run_generate, "generate one chunk of a split with one random seed")
     generate.add_argument("--settings", required=True, help="settings/generate/{model}/{benchmark}/{split}.json")
     generate.add_argument(
         "--wildcards",
@@ -138,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     judge.add_argument("--settings-json", required=True, help="the judge settings, as JSON")
     judge.add_argument("--input", required=True, help="the generated chunk (JSONL)")
 
-    llm_judge = command("llm-judge", run_llm_judge, "judge one judged chunk again with an LLM")
+    llm_judge = gpu_command("llm-judge", run_llm_judge, "judge one judged chunk again with an LLM")
     llm_judge.add_argument("--settings", required=True, help="settings/llm_judge.json")
     llm_judge.add_argument("--input", required=True, help="the rule-based judged chunk (JSONL)")
     return parser

@@ -30,8 +30,10 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
         if os.environ.get("SLURM_JOB_ID"):
             # on a cluster: ties the log to `sacct -j <id>` and the SLURM log (tests/test_slurm.py reads it)
             logger.info("SLURM job %s on %s", os.environ["SLURM_JOB_ID"], os.environ.get("SLURMD_NODENAME", "?"))
+        logger.info("job started (pid %d)", os.getpid())
         try:
             yield logger
+            logger.info("job finished")
         except SnakeskillsError as error:
             logging.getLogger("snakeskills").error("%s", error)
             print(f"snakeskills error: {error} (log: {log_path})", file=console)

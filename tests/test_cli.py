@@ -107,6 +107,8 @@ def test_bad_settings_fail_naming_the_argument_or_file(tmp_path):
         str(settings_file),
         "--threads",
         "1",
+        "--gpus",
+        "0",
         "--output",
         str(tmp_path / "out.jsonl"),
         "--log",

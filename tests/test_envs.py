@@ -185,9 +185,11 @@ def test_every_rule_names_an_existing_env(tmp_path, variant):
         assert Path(rules[name]["conda"]).stem == stem, (name, rules[name]["conda"])
 
 
-# what a shell: command may contain: threads, the job's wildcards and files, and JobSettings params (one JSON
-# argument), every value shell-quoted; the job's Python comes from the environment (rules/common.smk job_python)
-SAFE_SHELL_FIELD = re.compile(r"threads|(?:wildcards|input|output|log)(?:\.\w+)?:q|params\.(?P<param>\w+):q")
+# what a shell: command may contain: threads, the gpu count, the job's wildcards and files, and JobSettings params
+# (one JSON argument), every value shell-quoted; the job's Python comes from the environment (common.smk job_python)
+SAFE_SHELL_FIELD = re.compile(
+    r"threads|resources\.gpu|(?:wildcards|input|output|log)(?:\.\w+)?:q|params\.(?P<param>\w+):q"
+)
 JOB_PYTHON_COMMAND = '"$SNAKESKILLS_JOB_PYTHON" -m snakeskills.cli '
 
 

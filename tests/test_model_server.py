@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 import pytest
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import HFBackend
-from snakeskills.model_server import SharedModelBackend, server_paths
+from snakeskills.backends.model_server import SharedModelBackend, private_directory, server_paths
+from snakeskills.errors import SnakeskillsError
 
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
 MESSAGES = [({"role": "user", "content": f"{a}+{a}="},) for a in range(10)]
@@ -103,3 +105,52 @@ def test_the_server_builds_model_input_as_a_direct_load_does(tiny_checkpoint, di
         assert server.generate(requests(), SAMPLING) == direct.generate(direct_requests, SAMPLING)
     finally:
         server.close()
+
+
+def test_the_server_folder_is_created_private(tmp_path):
+    folder = private_directory(tmp_path / "runtime" / "snakeskills")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert private_directory(folder) == folder  # an existing private folder of ours is fine
+
+
+def test_a_server_folder_open_to_others_is_refused(tiny_checkpoint, tmp_path):
+    folder = tmp_path / "servers"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o775)
+    with pytest.raises(SnakeskillsError, match=r"mode 0775.*chmod 700"):
+        shared(tiny_checkpoint, folder)
+    assert not list(folder.iterdir())  # nothing started, nothing created
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root (CI runs as root)")
+def test_a_server_folder_of_another_user_is_refused(tiny_checkpoint, tmp_path):
+    """In a shared /tmp another user can create /tmp/snakeskills-<uid> first, 0700 and theirs."""
+    folder = tmp_path / "servers"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)  # nobody
+    with pytest.raises(SnakeskillsError, match=r"belongs to uid 65534, not to you"):
+        shared(tiny_checkpoint, folder)
+
+
+def test_a_link_in_place_of_the_server_folder_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / "servers").symlink_to(target)
+    with pytest.raises(SnakeskillsError, match="is not a folder"):
+        private_directory(tmp_path / "servers")
+
+
+def test_the_server_key_holds_the_visible_gpus_and_the_slurm_job(monkeypatch, tmp_path):
+    options = {"backend": "hf", "model_path": "/models/m", "device": "cuda"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("SLURM_JOB_ID", "100")
+    first = server_paths(tmp_path, options)
+    assert server_paths(tmp_path, dict(options)) == first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    other_gpu = server_paths(tmp_path, options)
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    other_job = server_paths(tmp_path, options)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("SLURM_JOB_ID")
+    neither = server_paths(tmp_path, options)
+    assert len({first, other_gpu, other_job, neither}) == 4

@@ -58,7 +58,14 @@ def _build_vllm(**options):
     return VLLMBackend(**options)
 
 
-BACKEND_FACTORIES = {"hf": _build_hf, "vllm": _build_vllm, "openai": _build_openai}
+def _build_shared(**options):
+    from snakeskills.backends.model_server import SharedModelBackend
+
+    return SharedModelBackend(**options)
+
+
+# "shared" is an hf or vllm model loaded once per node by a model server (generation.share_model)
+BACKEND_FACTORIES = {"hf": _build_hf, "vllm": _build_vllm, "openai": _build_openai, "shared": _build_shared}
 
 
 def build_backend(name: str, **options):
@@ -124,7 +131,8 @@ def backend_from_config(
     """Build the backend a ``generation`` config section names, for ``model`` (path, dtype, trust_remote_code).
 
     With ``generation.share_model.enabled`` (hf, vllm), the model is loaded by a model server shared by
-    the jobs on this node (see ``snakeskills.model_server``) instead of by this process.
+    the jobs on this node (the "shared" backend, ``snakeskills.backends.model_server``) instead of by this
+    process.
     """
     name = generation["backend"]
     if name == "openai":
@@ -139,10 +147,11 @@ def backend_from_config(
         return build_backend(name, **_local_backend_options(generation, model, model_path, adapter_path, threads))
     import os
 
-    from snakeskills.model_server import SharedModelBackend, default_directory
+    from snakeskills.backends.model_server import default_directory
 
     server_threads = share["threads"] or len(os.sched_getaffinity(0))
-    return SharedModelBackend(
+    return build_backend(
+        "shared",
         backend=name,
         options=_local_backend_options(generation, model, model_path, adapter_path, server_threads),
         chat_template=chat_template,

@@ -1,10 +1,9 @@
 """transformers backend: batched, left-padded ``generate`` on CPU or CUDA, LoRA adapters via peft.
 
-Sampling uses the Gumbel-max trick inside a logits processor: each request owns a
-``torch.Generator`` seeded from its own seed, ``generate`` runs greedily over
-``logits / temperature + Gumbel noise``, which is an exact draw from the (top-k/top-p filtered)
-softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a
-resumed or re-chunked run reproduces the same samples.
+Sampling happens inside a logits processor (``PerRequestSampler``): Gumbel noise hashed from (row seed,
+step, token id) on the model's device is added to the (top-k/top-p filtered) logits, and ``generate`` runs
+greedily over the result: an exact draw from the filtered softmax. A row's tokens therefore depend on its
+seed only, not on its batch neighbours, so a resumed or re-chunked run reproduces the same samples.
 """
 
 from __future__ import annotations
@@ -59,38 +58,113 @@ def load_model_and_tokenizer(
     return model, tokenizer
 
 
-class PerRequestSampler:
-    """Logits processor: temperature, top-k, top-p, then per-row Gumbel noise from per-row generators."""
+MASK32 = 0xFFFFFFFF
 
-    def __init__(self, seeds: list[int], sampling: SamplingParams):
+
+def _mix32(values):
+    """An avalanche hash of 32-bit values held in int64 tensors: xor-shifts and two multiplications by odd
+    constants below 2**31, so that no product leaves int64 (defined, identical on every device)."""
+    values = values ^ (values >> 16)
+    values = (values * 0x7FEB352D) & MASK32
+    values = values ^ (values >> 15)
+    values = (values * 0x5BD1E995) & MASK32
+    return values ^ (values >> 16)
+
+
+def row_keys(seeds, step: int):
+    """One 32-bit key per row for one decoding step: a hash of the row's 63-bit seed and the step."""
+    high, low = (seeds >> 32) & MASK32, seeds & MASK32
+    return _mix32(_mix32(_mix32(high ^ 0x2545F491) ^ low) ^ (step & MASK32))
+
+
+def _as_int32(value: int) -> int:
+    """The signed 32-bit integer with the bits of ``value`` mod 2**32 (a multiplier for int32 tensors)."""
+    value &= MASK32
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def counter_bits(seeds, step: int, token_ids):
+    """23 random bits per (row, token) at one step: a hash of (row seed, step, token id), on the seeds' device.
+
+    The row's key (``row_keys``, exact int64 arithmetic, one value per row) is mixed with each token id in
+    int32 tensors: one multiply-xorshift-multiply round, whose top 23 bits are kept. int32 products wrap
+    mod 2**32 on CPU and CUDA, and right shifts are masked to act as logical shifts, so the bits equal the
+    same hash in exact integer arithmetic (tests/test_sampling.py checks it against Python's). int32 keeps
+    the few vocabulary-sized passes cheap: half the memory traffic of int64.
+    """
+    import torch
+
+    keys = row_keys(seeds, step)
+    keys = torch.where(keys >= 1 << 31, keys - (1 << 32), keys).to(torch.int32).unsqueeze(1)
+    bits = token_ids.to(torch.int32, copy=True).mul_(_as_int32(0x61C88647))
+    bits = torch.bitwise_xor(bits, keys).mul_(_as_int32(0x7FEB352D))
+    bits.bitwise_xor_((bits >> 15).bitwise_and_(0x1FFFF)).mul_(_as_int32(0x846CA68B))
+    return (bits >> 9).bitwise_and_(0x7FFFFF)
+
+
+def counter_gumbel(seeds, step: int, token_ids):
+    """Gumbel noise for (row, token) pairs at one step: a pure function of (row seed, step, token id).
+
+    ``seeds`` is an int64 tensor of non-negative 63-bit seeds on the model's device, one per row;
+    ``token_ids`` an integer tensor of the tokens to draw noise for: the whole vocabulary (1-D, shared by the
+    rows) or each row's candidates (one row each). No generator state is involved, so no row, batch size or
+    device order can influence another row's noise. Uniforms have 23 bits, strictly inside (0, 1).
+    """
+    import torch
+
+    uniform = counter_bits(seeds, step, token_ids).to(torch.float32).add_(0.5).mul_(2.0**-23)
+    return uniform.log_().neg_().log_().neg_()
+
+
+class PerRequestSampler:
+    """Logits processor: temperature, top-k, top-p, then a seeded Gumbel-max draw per row, on the device.
+
+    Row i's token at decoding step t is the argmax over its candidate tokens v of
+    ``logits[v] / temperature + counter_gumbel(seed_i, t, v)``: the Gumbel-max trick, an exact draw from the
+    (top-k/top-p filtered) softmax, computed for the whole batch at once on the model's device (no per-row
+    generator, no copy from the host). With top-k or top-p the draw happens among the sorted candidates, and
+    noise is computed only for the kept ones. A row's sample therefore depends on its seed and its own
+    logits only, not on its batch neighbours, the batch size or the chunking, so a resumed or re-chunked run
+    reproduces it; an argmax only changes when float noise in the logits exceeds the gap between the two
+    best tokens, which batching's rounding differences almost never do. ``generate`` runs greedily over the
+    returned scores, in which the drawn token is the largest.
+    """
+
+    def __init__(self, seeds: list[int], sampling: SamplingParams, prompt_length: int):
         import torch
 
         self.sampling = sampling
-        self.generators = []
-        for seed in seeds:
-            generator = torch.Generator(device="cpu")
-            generator.manual_seed(seed)
-            self.generators.append(generator)
+        self.prompt_length = prompt_length
+        self.seeds = torch.tensor(seeds, dtype=torch.int64)
 
     def __call__(self, input_ids, scores):
         import torch
 
         if self.sampling.temperature == 0:
             return scores
+        if self.seeds.device != scores.device:
+            self.seeds = self.seeds.to(scores.device)
+        step = input_ids.shape[1] - self.prompt_length
         scores = scores.float() / self.sampling.temperature
         vocabulary = scores.shape[-1]
-        if 0 < self.sampling.top_k < vocabulary:
-            threshold = torch.topk(scores, self.sampling.top_k, dim=-1).values[..., -1:]
-            scores = scores.masked_fill(scores < threshold, float("-inf"))
+        top_k = 0 < self.sampling.top_k < vocabulary
+        if not top_k and self.sampling.top_p >= 1.0:
+            tokens = torch.arange(vocabulary, device=scores.device)
+            return scores.add_(counter_gumbel(self.seeds, step, tokens))
+        if top_k:
+            candidates, candidate_ids = torch.topk(scores, self.sampling.top_k, dim=-1)
+        else:
+            candidates, candidate_ids = torch.sort(scores, descending=True, dim=-1)
         if self.sampling.top_p < 1.0:
-            sorted_scores, sorted_indices = torch.sort(scores, descending=True, dim=-1)
-            cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
-            remove_sorted = cumulative - torch.softmax(sorted_scores, dim=-1) >= self.sampling.top_p
-            remove = remove_sorted.scatter(-1, sorted_indices, remove_sorted)
-            scores = scores.masked_fill(remove, float("-inf"))
-        uniform = torch.stack([torch.rand(vocabulary, generator=generator) for generator in self.generators])
-        gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-20, max=1 - 1e-7)))
-        return scores + gumbel.to(scores.device)
+            probabilities = torch.softmax(candidates, dim=-1)
+            removed = probabilities.cumsum(dim=-1) - probabilities >= self.sampling.top_p
+            candidates = candidates.masked_fill(removed, float("-inf"))
+            # the kept candidates of each row are a prefix (the most likely first): draw among the longest
+            kept = int((~removed).sum(dim=-1).max())
+            candidates, candidate_ids = candidates[:, :kept], candidate_ids[:, :kept]
+        noisy = candidates + counter_gumbel(self.seeds, step, candidate_ids)
+        drawn = candidate_ids.gather(1, noisy.argmax(dim=-1, keepdim=True))
+        return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
 
 
 class RowEnds:
@@ -226,7 +300,9 @@ class HFBackend:
             output = self.model.generate(
                 **encoded,
                 generation_config=generation_config,
-                logits_processor=LogitsProcessorList([PerRequestSampler([r.seed for r in requests], sampling)]),
+                logits_processor=LogitsProcessorList(
+                    [PerRequestSampler([r.seed for r in requests], sampling, prompt_length)]
+                ),
                 stopping_criteria=StoppingCriteriaList([row_ends]),
             )
         new_tokens = output[:, prompt_length:].tolist()

@@ -10,6 +10,11 @@ so results do not depend on which jobs run together: every row has its own seed)
 server is started: config decides how many jobs share a load. Each job's log says whether it
 started the server ("started model server") or reused one, so loads can be counted from the logs.
 
+A server is private and keyed to where it runs. Its folder must be the user's own, mode 0700 (anyone who
+can create a socket there could read the prompts and answer with made-up generations), and its key holds
+the backend settings, the host, the visible GPUs and the SLURM job: jobs of two allocations on one node
+never share a server that runs on the other's GPUs and dies with the other's job.
+
 Protocol: one JSON object per line over the socket: ``{"op": "hello"}`` then any number of
 ``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool}``.
 """
@@ -25,6 +30,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import subprocess
 import sys
 import threading
@@ -40,9 +46,20 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT_SECONDS = 900
 
 
+def server_key(options: dict) -> str:
+    """The server for these backend options, on this host, these visible GPUs and this SLURM job."""
+    identity = {
+        "options": options,
+        "host": socket.gethostname(),
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def server_paths(directory: str | Path, options: dict) -> tuple[Path, Path, Path]:
-    """Socket, lock and log file of the server for these backend options."""
-    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
+    """Socket, lock and log file of the server for these backend options (see ``server_key``)."""
+    key = server_key(options)
     folder = Path(directory)
     return folder / f"{key}.sock", folder / f"{key}.lock", folder / f"{key}.log"
 
@@ -50,6 +67,33 @@ def server_paths(directory: str | Path, options: dict) -> tuple[Path, Path, Path
 def default_directory() -> str:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     return str(Path(runtime) / "snakeskills") if runtime else f"/tmp/snakeskills-{os.getuid()}"
+
+
+def private_directory(directory: str | Path) -> Path:
+    """The servers' folder, created mode 0700 if missing; refused unless it is this user's own and private.
+
+    Checked on the folder itself, not through a symbolic link: in a shared /tmp another user can create
+    ``/tmp/snakeskills-<uid>`` (or a link of that name) before us.
+    """
+    folder = Path(directory)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    info = os.lstat(folder)
+    remedy = "remove it, or set generation.share_model.directory to a folder of your own"
+    if not stat.S_ISDIR(info.st_mode):
+        raise SnakeskillsError(f"model server folder {folder} is not a folder (a link or a file): {remedy}")
+    if info.st_uid != os.getuid():
+        raise SnakeskillsError(
+            f"model server folder {folder} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}): another "
+            f"user could read your prompts and answer them through it; {remedy}"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise SnakeskillsError(
+            f"model server folder {folder} has mode {stat.S_IMODE(info.st_mode):04o}: other users could create "
+            f"sockets in it or reach yours; `chmod 700 {folder}`, or {remedy}"
+        )
+    return folder
 
 
 # ---------------------------------------------------------------- client
@@ -72,8 +116,7 @@ class SharedModelBackend:
     ):
         self.chat_template = chat_template
         self.options = {"backend": backend, **options}
-        folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = private_directory(directory)
         self.socket_path, lock_path, self.server_log = server_paths(folder, self.options)
         for _attempt in range(5):
             with open(lock_path, "w") as lock:
@@ -115,7 +158,7 @@ class SharedModelBackend:
         command = [
             sys.executable,
             "-m",
-            "snakeskills.model_server",
+            "snakeskills.backends.model_server",
             "--socket",
             str(self.socket_path),
             "--options",

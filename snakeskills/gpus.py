@@ -1,0 +1,115 @@
+"""Which GPUs a job runs on: the ones SLURM gave it, or, on a workstation, ones no other job of ours holds.
+
+Rules that use GPUs declare how many (``resources: gpu=N``, see rules/common.smk), so that
+``snakemake --resources gpu=K`` never runs more than K GPUs' worth of jobs at once. Snakemake counts but does
+not assign devices. On SLURM the allocation sets ``CUDA_VISIBLE_DEVICES`` and that stays. Elsewhere a job
+claims N of the node's GPUs with one lock file per device (in the user's private model server folder) and
+sets ``CUDA_VISIBLE_DEVICES`` to them before CUDA starts, so each job sees only its own devices; a job that
+declares none sees none. A claim ends with the job's process. A shared model server (generation.share_model)
+runs on its starting job's GPUs and keeps their memory until it exits idle; jobs that claim those GPUs next
+reuse it (its key holds the visible devices).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+
+logger = logging.getLogger(__name__)
+
+# lock files held by this process: kept open for its lifetime (closing one releases the claim)
+_held: list = []
+
+
+def node_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU nvidia-smi lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [device.strip() for device in visible.split(",") if device.strip() not in ("", "-1")]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(index) for index, line in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
+
+
+def generation_gpus(generation: dict) -> int:
+    """GPUs one job of a ``generation`` config section uses: vllm's tensor_parallel_size, one for hf unless its
+    device is cpu, none for openai (a server does the work)."""
+    backend = generation["backend"]
+    if backend == "openai":
+        return 0
+    if backend == "vllm":
+        return generation["vllm"]["tensor_parallel_size"]
+    return 0 if generation["device"] == "cpu" else 1
+
+
+def training_gpus(generation: dict) -> int:
+    """GPUs of the sft job: one, unless the run is set to CPU (hf generation on device cpu)."""
+    return 0 if generation["backend"] == "hf" and generation["device"] == "cpu" else 1
+
+
+def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> list[str]:
+    """Claim ``count`` GPUs for this job and make them the only ones it sees; returns them.
+
+    In a SLURM job whose allocation set ``CUDA_VISIBLE_DEVICES``, or on a machine without GPUs, nothing
+    changes. ``count`` 0 hides the node's GPUs from the job. Otherwise waits until ``count`` of the node's
+    GPUs are free of other jobs' claims (under ``--resources gpu=K``, K at most the node's GPUs, the wait
+    is short or none).
+    """
+    if os.environ.get("SLURM_JOB_ID") and "CUDA_VISIBLE_DEVICES" in os.environ:
+        return node_gpus()
+    devices = node_gpus()
+    if not devices:
+        return []
+    if count == 0:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        return []
+    if count > len(devices):
+        raise SnakeskillsError(
+            f"this job declares gpu={count} but the node has {len(devices)} GPU(s) ({','.join(devices)}): "
+            "lower generation.vllm.tensor_parallel_size or run it where more GPUs are visible"
+        )
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    waited_since = time.monotonic()
+    while True:
+        claimed = []
+        for device in devices:
+            lock = open(folder / f"gpu-{device}.lock", "a")  # noqa: SIM115 - held open for the process's life
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            claimed.append((device, lock))
+            if len(claimed) == count:
+                break
+        if len(claimed) == count:
+            _held.extend(lock for _, lock in claimed)
+            chosen = [device for device, _ in claimed]
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+            logger.info("claimed GPU(s) %s of %s", ",".join(chosen), ",".join(devices))
+            return chosen
+        for _, lock in claimed:
+            lock.close()
+        if time.monotonic() - waited_since > 60:
+            logger.info("waiting for %d free GPU(s) of %s (others are claimed by running jobs)", count, devices)
+            waited_since = time.monotonic()
+        time.sleep(poll_seconds)
+
+
+def claim_job_gpus(count: int) -> list[str]:
+    """``claim_gpus`` with the lock files in this user's private runtime folder (see model_server)."""
+    from snakeskills.backends.model_server import default_directory, private_directory
+
+    return claim_gpus(count, private_directory(default_directory()) / "gpus")
