@@ -116,12 +116,7 @@ def run_plain(backend: HFBackend, requests, sampling) -> tuple[float, int, None]
     start, tokens = time.perf_counter(), 0
     for first in range(0, len(requests), backend.batch_size):
         batch = requests[first : first + backend.batch_size]
-        encoded = backend.tokenizer.pad(
-            {"input_ids": [list(request.prompt_token_ids) for request in batch]},
-            padding=True,
-            padding_side="left",
-            return_tensors="pt",
-        ).to(backend.device)
+        encoded = backend.left_padded([request.prompt_token_ids for request in batch])
         with torch.inference_mode():
             output = backend.model.generate(**encoded, generation_config=config)
         tokens += tokens_up_to_eos(output[:, encoded["input_ids"].shape[1] :].tolist(), config.eos_token_id)

@@ -7,11 +7,25 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from snakeskills.workflow import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+
+
+def shrunk_default_config(split_sizes: dict[str, int]) -> dict:
+    """The embedded default, shrunk for an end-to-end test: these split sizes, 2 seeds of 1 chunk each."""
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"] = split_sizes
+    config.update(num_seeds=2, train_num_seeds=2, num_chunks=1)
+    return config
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def run_snakemake(

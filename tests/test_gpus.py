@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import DEFAULT_CONFIG, run_snakemake
+from conftest import run_snakemake, shrunk_default_config, write_config
 
 from snakeskills import gpus
 from snakeskills.errors import SnakeskillsError
@@ -95,19 +94,10 @@ def test_more_gpus_than_the_node_has_is_an_error(monkeypatch, tmp_path):
 
 def small_config(workdir: Path) -> Path:
     """The tiny default, shrunk: 2 seeds of 1 chunk, on device auto (so its GPU jobs declare gpu=1)."""
-    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 400, "test": 200})
     config["experiment"] = "gpus"
-    config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"] = {
-        "bootstrap": 500,
-        "validation": 200,
-        "train": 400,
-        "test": 200,
-    }
-    config.update(num_seeds=2, train_num_seeds=2, num_chunks=1)
     config["generation"]["device"] = "auto"
-    path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    return write_config(workdir / "config.yaml", config)
 
 
 def job_interval(log: Path) -> tuple[datetime.datetime, datetime.datetime]:

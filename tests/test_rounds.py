@@ -13,7 +13,7 @@ import re
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, REPO, dry_run_counts, planned_jobs, run_snakemake
+from conftest import REPO, dry_run_counts, planned_jobs, run_snakemake, shrunk_default_config, write_config
 
 from snakeskills import report
 from snakeskills.errors import SnakeskillsError
@@ -25,19 +25,11 @@ PLOTS = ("pass_at_1", "pass_at_k", "generation_lengths", "sft_examples")
 
 def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", name="config.yaml"):
     """The embedded default, shrunk to run fast (fewer problems, 2 seeds, 1 chunk), with the round settings."""
-    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "rounds"
-    config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"] = {
-        "bootstrap": 500,
-        "validation": 200,
-        "train": 1000,
-        "test": 200,
-    }
-    config.update(rounds=rounds, num_seeds=2, train_num_seeds=2, num_chunks=1)
+    config["rounds"] = rounds
     config["sft"].update(rounds_data=rounds_data, init=init)
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    return write_config(tmp_path / name, config)
 
 
 def job_inputs(jobs, rule, model) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, REPO, job_counts
+from conftest import REPO, job_counts, shrunk_default_config, write_config
 
 from snakeskills.workflow import snakemake_command
 
@@ -60,18 +60,10 @@ def layered_profile(folder: Path) -> Path:
 
 def small_config(path: Path) -> Path:
     """The embedded default, smaller: 2 seeds x 1 chunk, a few hundred problems, one short SFT epoch."""
-    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"] = {
-        "bootstrap": 500,
-        "validation": 100,
-        "train": 300,
-        "test": 100,
-    }
-    config.update(num_seeds=2, train_num_seeds=2, num_chunks=1)
+    config = shrunk_default_config({"bootstrap": 500, "validation": 100, "train": 300, "test": 100})
     config["tiny_model"]["stop_at_accuracy"] = 0.3
     config["sft"]["training"]["num_epochs"] = 1
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    return write_config(path, config)
 
 
 def clean_environment() -> dict:

@@ -268,6 +268,15 @@ class HFBackend:
                 results[index] = result
         return results
 
+    def left_padded(self, prompts_token_ids):
+        """One batch of token-id prompts, left-padded, with its attention mask, on the model's device."""
+        return self.tokenizer.pad(
+            {"input_ids": [list(token_ids) for token_ids in prompts_token_ids]},
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+        ).to(self.device)
+
     def _stop_strings(self, stop: tuple[str, ...]):
         """transformers' stop-string criterion for these strings (built once: it preprocesses the vocabulary)."""
         if not stop:
@@ -282,12 +291,7 @@ class HFBackend:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        encoded = self.tokenizer.pad(
-            {"input_ids": [list(request.prompt_token_ids) for request in requests]},
-            padding=True,
-            padding_side="left",
-            return_tensors="pt",
-        ).to(self.device)
+        encoded = self.left_padded([request.prompt_token_ids for request in requests])
         prompt_length = encoded["input_ids"].shape[1]
         row_ends = RowEnds(prompt_length, len(requests), self.eos_token_ids, self._stop_strings(sampling.stop))
         generation_config = GenerationConfig(
