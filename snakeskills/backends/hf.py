@@ -1,13 +1,16 @@
-"""transformers backend: batched, left-padded ``generate`` on CPU or CUDA, LoRA adapters via peft.
+"""transformers backend: batched decoding of left-padded prompts on CPU or CUDA, LoRA adapters via peft.
 
-Sampling happens inside a logits processor (``PerRequestSampler``): Gumbel noise hashed from (row seed,
-step, token id) on the model's device is added to the (top-k/top-p filtered) logits, and ``generate`` runs
-greedily over the result: an exact draw from the filtered softmax. A row's tokens therefore depend on its
-seed only, not on its batch neighbours, so a resumed or re-chunked run reproduces the same samples.
+The backend runs its own decoding loop over a transformers model and its KV cache rather than
+``model.generate``: prompts are batched longest first, and rows that finished (EOS or a stop string) leave
+the batch. Each row's token is drawn by ``draw_tokens``: Gumbel noise hashed from (row seed, step, token id)
+on the model's device is added to the (top-k/top-p filtered) logits and the argmax taken, an exact draw from
+the filtered softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a
+resumed or re-chunked run reproduces the same samples.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -59,6 +62,9 @@ def load_model_and_tokenizer(
 
 
 MASK32 = 0xFFFFFFFF
+# finished rows leave a decoding batch once they are this fraction of it (1/8): at most 1/8 of a step's
+# compute goes to finished rows, and the KV cache is copied at most about 40 times for a batch of 256
+COMPACT_EVERY = 8
 
 
 def _mix32(values):
@@ -116,19 +122,49 @@ def counter_gumbel(seeds, step: int, token_ids):
     return uniform.log_().neg_().log_().neg_()
 
 
-class PerRequestSampler:
-    """Logits processor: temperature, top-k, top-p, then a seeded Gumbel-max draw per row, on the device.
+def draw_tokens(logits, seeds, step: int, sampling: SamplingParams):
+    """Each row's next token: temperature, top-k, top-p, then a seeded Gumbel-max draw, on the logits' device.
 
     Row i's token at decoding step t is the argmax over its candidate tokens v of
     ``logits[v] / temperature + counter_gumbel(seed_i, t, v)``: the Gumbel-max trick, an exact draw from the
-    (top-k/top-p filtered) softmax, computed for the whole batch at once on the model's device (no per-row
-    generator, no copy from the host). With top-k or top-p the draw happens among the sorted candidates, and
-    noise is computed only for the kept ones. A row's sample therefore depends on its seed and its own
-    logits only, not on its batch neighbours, the batch size or the chunking, so a resumed or re-chunked run
-    reproduces it; an argmax only changes when float noise in the logits exceeds the gap between the two
-    best tokens, which batching's rounding differences almost never do. ``generate`` runs greedily over the
-    returned scores, in which the drawn token is the largest.
+    (top-k/top-p filtered) softmax, computed for the whole batch at once (no per-row generator, no copy from
+    the host). With top-k or top-p the draw happens among the sorted candidates, and noise is computed only
+    for the kept ones. A row's sample therefore depends on its seed and its own logits only, not on its batch
+    neighbours, the batch size or the chunking, so a resumed or re-chunked run reproduces it; an argmax only
+    changes when float noise in the logits exceeds the gap between the two best tokens, which batching's
+    rounding differences almost never do. Temperature 0 is greedy.
     """
+    import torch
+
+    if sampling.temperature == 0:
+        return logits.argmax(dim=-1)
+    if seeds.device != logits.device:
+        seeds = seeds.to(logits.device)
+    scores = logits.float() / sampling.temperature
+    vocabulary = scores.shape[-1]
+    top_k = 0 < sampling.top_k < vocabulary
+    if not top_k and sampling.top_p >= 1.0:
+        tokens = torch.arange(vocabulary, device=scores.device)
+        return scores.add_(counter_gumbel(seeds, step, tokens)).argmax(dim=-1)
+    if top_k:
+        candidates, candidate_ids = torch.topk(scores, sampling.top_k, dim=-1)
+    else:
+        candidates, candidate_ids = torch.sort(scores, descending=True, dim=-1)
+    if sampling.top_p < 1.0:
+        probabilities = torch.softmax(candidates, dim=-1)
+        removed = probabilities.cumsum(dim=-1) - probabilities >= sampling.top_p
+        candidates = candidates.masked_fill(removed, float("-inf"))
+        # the kept candidates of each row are a prefix (the most likely first): draw among the longest
+        kept = int((~removed).sum(dim=-1).max())
+        candidates, candidate_ids = candidates[:, :kept], candidate_ids[:, :kept]
+    noisy = candidates + counter_gumbel(seeds, step, candidate_ids)
+    return candidate_ids.gather(1, noisy.argmax(dim=-1, keepdim=True)).squeeze(1)
+
+
+class PerRequestSampler:
+    """``draw_tokens`` as a transformers logits processor, for ``model.generate``: the returned scores are
+    -inf except 0 at each row's drawn token, so greedy ``generate`` picks it. The backend runs its own
+    decoding loop; this lets tests and benchmarks put the same sampler inside plain ``generate``."""
 
     def __init__(self, seeds: list[int], sampling: SamplingParams, prompt_length: int):
         import torch
@@ -142,60 +178,8 @@ class PerRequestSampler:
 
         if self.sampling.temperature == 0:
             return scores
-        if self.seeds.device != scores.device:
-            self.seeds = self.seeds.to(scores.device)
-        step = input_ids.shape[1] - self.prompt_length
-        scores = scores.float() / self.sampling.temperature
-        vocabulary = scores.shape[-1]
-        top_k = 0 < self.sampling.top_k < vocabulary
-        if not top_k and self.sampling.top_p >= 1.0:
-            tokens = torch.arange(vocabulary, device=scores.device)
-            return scores.add_(counter_gumbel(self.seeds, step, tokens))
-        if top_k:
-            candidates, candidate_ids = torch.topk(scores, self.sampling.top_k, dim=-1)
-        else:
-            candidates, candidate_ids = torch.sort(scores, descending=True, dim=-1)
-        if self.sampling.top_p < 1.0:
-            probabilities = torch.softmax(candidates, dim=-1)
-            removed = probabilities.cumsum(dim=-1) - probabilities >= self.sampling.top_p
-            candidates = candidates.masked_fill(removed, float("-inf"))
-            # the kept candidates of each row are a prefix (the most likely first): draw among the longest
-            kept = int((~removed).sum(dim=-1).max())
-            candidates, candidate_ids = candidates[:, :kept], candidate_ids[:, :kept]
-        noisy = candidates + counter_gumbel(self.seeds, step, candidate_ids)
-        drawn = candidate_ids.gather(1, noisy.argmax(dim=-1, keepdim=True))
-        return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
-
-
-class RowEnds:
-    """Stopping criterion: a row ends at its first EOS token or stop string; records where.
-
-    transformers stops a row once any criterion says so (later positions are padding), but does not tell
-    where each row ended. This criterion does: ``lengths[i]`` is the number of generated tokens of row i up
-    to and including its EOS or the token that completed a stop string (transformers' ``StopStringCriteria``,
-    which matches stop strings across token boundaries), or None while it runs.
-    """
-
-    def __init__(self, prompt_length: int, batch_size: int, eos_token_ids: set[int], stop_criteria):
-        self.prompt_length = prompt_length
-        self.eos_token_ids = sorted(eos_token_ids)
-        self.stop_criteria = stop_criteria
-        self.lengths: list[int | None] = [None] * batch_size
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        last = input_ids[:, -1]
-        ended_by_eos = torch.isin(last, torch.tensor(self.eos_token_ids, device=last.device))
-        ended_by_stop = (
-            self.stop_criteria(input_ids, scores) if self.stop_criteria is not None else torch.zeros_like(ended_by_eos)
-        )
-        ended = ended_by_eos | ended_by_stop
-        generated = input_ids.shape[1] - self.prompt_length
-        for row in torch.nonzero(ended).flatten().tolist():
-            if self.lengths[row] is None:
-                self.lengths[row] = generated
-        return ended
+        drawn = draw_tokens(scores, self.seeds, input_ids.shape[1] - self.prompt_length, self.sampling)
+        return torch.full_like(scores, float("-inf")).scatter_(1, drawn.unsqueeze(1), 0.0)
 
 
 def context_length(model, tokenizer) -> int | None:
@@ -222,7 +206,6 @@ class HFBackend:
         threads: int = 1,
     ):
         import torch
-        from transformers import GenerationConfig
 
         torch.set_num_threads(threads)
         self.device = resolve_device(device)
@@ -234,18 +217,14 @@ class HFBackend:
             dtype=dtype,
             trust_remote_code=trust_remote_code,
         )
-        checkpoint_config = self.model.generation_config
-        eos = checkpoint_config.eos_token_id
+        # Only the checkpoint's end-of-sequence tokens are taken from its generation_config.json: its sampling
+        # settings (do_sample, temperature, top_p, repetition_penalty, ...) never apply, since our own
+        # decoding loop samples with our settings alone.
+        eos = self.model.generation_config.eos_token_id
         self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.eos_token_ids.add(self.tokenizer.eos_token_id)
-        # A checkpoint's generation_config.json (do_sample, temperature, top_p, top_k, repetition_penalty,
-        # no_repeat_ngram_size, ...) is merged by `generate` into every unset field of the config it is
-        # given. Only its end-of-sequence tokens are kept: our sampling settings alone decide the samples.
-        self.model.generation_config = GenerationConfig(
-            bos_token_id=checkpoint_config.bos_token_id,
-            eos_token_id=sorted(self.eos_token_ids),
-            pad_token_id=self.tokenizer.pad_token_id,
-        )
+        base_model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(base_model.forward).parameters
         self.context_length = context_length(self.model, self.tokenizer)
         self._stop_criteria: dict[tuple[str, ...], object] = {}
         logger.info(
@@ -257,11 +236,16 @@ class HFBackend:
         )
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        """Results in the order of ``requests``. Prompts are batched longest first, so that each batch pads
+        its prompts to similar lengths (and a batch too large for memory fails at the start)."""
         results: list[GenerationResult | None] = [
             context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
             for request in requests
         ]
-        fitting = [index for index, result in enumerate(results) if result is None]
+        fitting = sorted(
+            (index for index, result in enumerate(results) if result is None),
+            key=lambda index: -len(requests[index].prompt_token_ids),
+        )
         for start in range(0, len(fitting), self.batch_size):
             batch = fitting[start : start + self.batch_size]
             for index, result in zip(batch, self._generate_batch([requests[i] for i in batch], sampling), strict=True):
@@ -288,41 +272,102 @@ class HFBackend:
         return self._stop_criteria[stop]
 
     def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-
-        encoded = self.left_padded([request.prompt_token_ids for request in requests])
-        prompt_length = encoded["input_ids"].shape[1]
-        row_ends = RowEnds(prompt_length, len(requests), self.eos_token_ids, self._stop_strings(sampling.stop))
-        generation_config = GenerationConfig(
-            do_sample=False,
-            max_new_tokens=sampling.max_new_tokens,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=sorted(self.eos_token_ids),
+        rows_tokens, lengths = self._decode(
+            self.left_padded([request.prompt_token_ids for request in requests]),
+            [request.seed for request in requests],
+            sampling,
         )
-        with torch.inference_mode():
-            output = self.model.generate(
-                **encoded,
-                generation_config=generation_config,
-                logits_processor=LogitsProcessorList(
-                    [PerRequestSampler([r.seed for r in requests], sampling, prompt_length)]
-                ),
-                stopping_criteria=StoppingCriteriaList([row_ends]),
-            )
-        new_tokens = output[:, prompt_length:].tolist()
         results = []
-        for row, tokens in enumerate(new_tokens):
-            length = row_ends.lengths[row]
+        for tokens, length in zip(rows_tokens, lengths, strict=True):
             ended = length is not None
-            if not ended:
-                length = len(tokens)
+            tokens = tokens[:length] if ended else tokens
             # the text ends with the stop string that ended it (if any): cut there
-            text, _ = truncate_at_stop(self.tokenizer.decode(tokens[:length], skip_special_tokens=True), sampling.stop)
+            text, _ = truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop)
             results.append(
                 GenerationResult(
-                    generation=text,
-                    num_generated_tokens=length,
-                    finish_reason="stop" if ended else "length",
+                    generation=text, num_generated_tokens=len(tokens), finish_reason="stop" if ended else "length"
                 )
             )
         return results
+
+    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams):
+        """Decode one left-padded batch with a KV cache: (generated token ids per row, and per row the number
+        of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
+        to ``max_new_tokens``).
+
+        Unlike ``model.generate``, finished rows leave the batch: once they make up 1/COMPACT_EVERY of it,
+        they are dropped from the KV cache and every per-row tensor, so later steps compute only the rows
+        still running. Positions follow each row's own prompt length (left padding), as in ``generate``.
+        Stop strings are matched across token boundaries by transformers' ``StopStringCriteria``.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        input_ids, attention_mask = encoded["input_ids"], encoded["attention_mask"]
+        batch, prompt_length = input_ids.shape
+        max_new_tokens = sampling.max_new_tokens
+        stop_criteria = self._stop_strings(sampling.stop)
+        eos_token_ids = torch.tensor(sorted(self.eos_token_ids), device=self.device)
+        seeds_tensor = torch.tensor(seeds, dtype=torch.int64, device=self.device)
+        # per running row: prompt + generated tokens, and the attention mask over them
+        sequences = torch.cat([input_ids, input_ids.new_full((batch, max_new_tokens), self.tokenizer.pad_token_id)], 1)
+        attention = torch.cat([attention_mask, attention_mask.new_ones((batch, max_new_tokens))], 1)
+        positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+        next_positions = positions[:, -1:] + 1
+        running = list(range(batch))  # the original row of each row in the batch
+        ended_at: list[int | None] = [None] * batch  # per row in the batch: tokens up to its end
+        lengths: list[int | None] = [None] * batch  # per original row
+        rows_tokens: list[list[int]] = [[] for _ in range(batch)]
+
+        def collect(batch_rows: list[int], generated: int) -> None:
+            """Copy these rows' generated tokens out of the batch (one host transfer)."""
+            if batch_rows:
+                block = sequences[batch_rows, prompt_length : prompt_length + generated].tolist()
+                for batch_row, tokens in zip(batch_rows, block, strict=True):
+                    rows_tokens[running[batch_row]] = tokens
+                    lengths[running[batch_row]] = ended_at[batch_row]
+
+        generated = 0
+        cache = DynamicCache(config=self.model.config)
+        with torch.inference_mode():
+            logits = self._forward(input_ids, attention_mask, positions, cache)
+            for step in range(max_new_tokens):
+                tokens = draw_tokens(logits, seeds_tensor, step, sampling)
+                column = prompt_length + step
+                sequences[:, column] = tokens
+                ended = torch.isin(tokens, eos_token_ids)
+                if stop_criteria is not None:
+                    ended |= stop_criteria(sequences[:, : column + 1], None).to(ended.device)
+                generated = step + 1
+                for batch_row in ended.nonzero().flatten().tolist():
+                    if ended_at[batch_row] is None:
+                        ended_at[batch_row] = generated
+                finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
+                if generated == max_new_tokens or len(finished) == len(running):
+                    break
+                if len(finished) * COMPACT_EVERY >= len(running):
+                    collect(finished, generated)
+                    keep = [batch_row for batch_row, end in enumerate(ended_at) if end is None]
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    sequences, attention, tokens = sequences[index], attention[index], tokens[index]
+                    seeds_tensor, next_positions = seeds_tensor[index], next_positions[index]
+                    running = [running[batch_row] for batch_row in keep]
+                    ended_at = [None] * len(keep)
+                logits = self._forward(tokens.unsqueeze(1), attention[:, : column + 1], next_positions, cache)
+                next_positions = next_positions + 1
+        collect(list(range(len(running))), generated)
+        return rows_tokens, lengths
+
+    def _forward(self, input_ids, attention_mask, position_ids, cache):
+        """The model's next-token logits for each row (only the last position's are computed)."""
+        extra = {"logits_to_keep": 1} if self._takes_logits_to_keep else {}
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            **extra,
+        )
+        return output.logits[:, -1, :]
