@@ -213,6 +213,26 @@ def test_decoding_loop_gives_each_row_what_generate_gives_it_alone(backend, monk
     assert batch_sizes and min(batch_sizes) < backend.batch_size, "finished rows left the batch"
 
 
+def test_compiled_decoding_step_gives_the_eager_loops_tokens(smollm2, backend):
+    """generation.compile: a static KV cache and a torch.compile'd step (inductor on this CPU; CUDA graphs on
+    a GPU, not available here) give every row the eager loop's tokens. Finished rows still leave the batch,
+    in power-of-two batch shapes, so that a job's batches share a few compiled graphs."""
+    compiled = HFBackend(model_path=str(smollm2), device="cpu", dtype="float32", batch_size=8, threads=2, compile=True)
+    shapes = []
+    step = compiled._compiled_step
+    compiled._compiled_step = lambda input_ids, *rest: (shapes.append(tuple(input_ids.shape)), step(input_ids, *rest))[
+        1
+    ]
+    problems = ["1+1", "12+30", "7+85", "640+19", "33+4400", "9+9", "123456+654321", "2+3", "5+5", "81+18"]
+    requests = requests_for(backend, chat_prompt(), problems)
+    for settings in (SAMPLED, GREEDY):
+        sampling = SamplingParams(**{**settings.__dict__, "max_new_tokens": 40})
+        assert compiled.generate(requests, sampling) == backend.generate(requests, sampling)
+    sizes = {batch for batch, _ in shapes}
+    assert {8, 2} <= sizes and len(sizes) > 2, sizes  # the two batches (8 and 2 prompts), then smaller ones
+    assert all(size & (size - 1) == 0 for size in sizes), "compacted batches are powers of two"
+
+
 # ---------------------------------------------------------------- stop strings and the context limit
 
 

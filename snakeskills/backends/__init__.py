@@ -169,7 +169,13 @@ def _local_backend_options(generation: dict, model: dict, model_path: str, adapt
         "trust_remote_code": model["trust_remote_code"],
     }
     if generation["backend"] == "hf":
-        return {**common, "device": generation["device"], "batch_size": generation["batch_size"], "threads": threads}
+        return {
+            **common,
+            "device": generation["device"],
+            "batch_size": generation["batch_size"],
+            "threads": threads,
+            "compile": generation["compile"],
+        }
     return {**common, **generation["vllm"]}
 
 

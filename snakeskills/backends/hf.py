@@ -182,6 +182,29 @@ class PerRequestSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn.unsqueeze(1), 0.0)
 
 
+def compiled_decoding_step(model, device: str):
+    """One decoding step of ``model`` (next-token logits of one new token per row, over a static KV cache),
+    compiled by ``torch.compile``: with CUDA graphs on a GPU (mode reduce-overhead), which removes the
+    per-kernel launch cost that dominates small-model decoding; plain inductor on CPU. Shapes are static per
+    batch size, so a job compiles once per batch size it meets."""
+    import torch
+
+    mode = "reduce-overhead" if device.startswith("cuda") else "default"
+
+    def step(input_ids, attention_mask, position_ids, cache):
+        return model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+
+    # a job meets a few batch sizes (powers of two as rows finish) and one cache length: one graph each
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(step, mode=mode, fullgraph=False, dynamic=False)
+
+
 def context_length(model, tokenizer) -> int | None:
     """The model's context in tokens: its config's position limit, else the tokenizer's (when it states one)."""
     for value in (getattr(model.config, "max_position_embeddings", None), tokenizer.model_max_length):
@@ -204,6 +227,7 @@ class HFBackend:
         batch_size: int = 32,
         trust_remote_code: bool = False,
         threads: int = 1,
+        compile: bool = False,
     ):
         import torch
 
@@ -226,6 +250,8 @@ class HFBackend:
         base_model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(base_model.forward).parameters
         self.context_length = context_length(self.model, self.tokenizer)
+        # compile: a static KV cache and a torch.compile'd decoding step (CUDA graphs on a GPU)
+        self._compiled_step = compiled_decoding_step(self.model, self.device) if compile else None
         self._stop_criteria: dict[tuple[str, ...], object] = {}
         logger.info(
             "loaded model %s%s on %s (context %s tokens)",
@@ -246,9 +272,18 @@ class HFBackend:
             (index for index, result in enumerate(results) if result is None),
             key=lambda index: -len(requests[index].prompt_token_ids),
         )
+        # a compiled step's static cache has one length per job (a multiple of 128), not one per batch
+        cache_length = 0
+        if self._compiled_step is not None and fitting:
+            longest = len(requests[fitting[0]].prompt_token_ids) + sampling.max_new_tokens
+            cache_length = -(-longest // 128) * 128
         for start in range(0, len(fitting), self.batch_size):
-            batch = fitting[start : start + self.batch_size]
-            for index, result in zip(batch, self._generate_batch([requests[i] for i in batch], sampling), strict=True):
+            batch = [requests[index] for index in fitting[start : start + self.batch_size]]
+            for index, result in zip(
+                fitting[start : start + self.batch_size],
+                self._generate_batch(batch, sampling, cache_length),
+                strict=True,
+            ):
                 results[index] = result
         return results
 
@@ -271,11 +306,14 @@ class HFBackend:
             self._stop_criteria[stop] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
         return self._stop_criteria[stop]
 
-    def _generate_batch(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+    def _generate_batch(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0
+    ) -> list[GenerationResult]:
         rows_tokens, lengths = self._decode(
             self.left_padded([request.prompt_token_ids for request in requests]),
             [request.seed for request in requests],
             sampling,
+            cache_length,
         )
         results = []
         for tokens, length in zip(rows_tokens, lengths, strict=True):
@@ -290,18 +328,18 @@ class HFBackend:
             )
         return results
 
-    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams):
+    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams, cache_length: int = 0):
         """Decode one left-padded batch with a KV cache: (generated token ids per row, and per row the number
         of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
         to ``max_new_tokens``).
 
-        Unlike ``model.generate``, finished rows leave the batch: once they make up 1/COMPACT_EVERY of it,
-        they are dropped from the KV cache and every per-row tensor, so later steps compute only the rows
-        still running. Positions follow each row's own prompt length (left padding), as in ``generate``.
-        Stop strings are matched across token boundaries by transformers' ``StopStringCriteria``.
+        Unlike ``model.generate``, finished rows leave the batch: they are dropped from the KV cache and every
+        per-row tensor (``_time_to_compact`` says when), so later steps compute only the rows still running.
+        Positions follow each row's own prompt length (left padding), as in ``generate``. Stop strings are
+        matched across token boundaries by transformers' ``StopStringCriteria``. A compiled step uses a static
+        cache of ``cache_length`` tokens (at least the batch's need).
         """
         import torch
-        from transformers import DynamicCache
 
         input_ids, attention_mask = encoded["input_ids"], encoded["attention_mask"]
         batch, prompt_length = input_ids.shape
@@ -311,7 +349,10 @@ class HFBackend:
         seeds_tensor = torch.tensor(seeds, dtype=torch.int64, device=self.device)
         # per running row: prompt + generated tokens, and the attention mask over them
         sequences = torch.cat([input_ids, input_ids.new_full((batch, max_new_tokens), self.tokenizer.pad_token_id)], 1)
-        attention = torch.cat([attention_mask, attention_mask.new_ones((batch, max_new_tokens))], 1)
+        # the mask spans the whole cache: a static cache may be longer than this batch needs (future positions
+        # are masked as causal anyway)
+        cache_length = max(cache_length, prompt_length + max_new_tokens)
+        attention = torch.cat([attention_mask, attention_mask.new_ones((batch, cache_length - prompt_length))], 1)
         positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
         next_positions = positions[:, -1:] + 1
         running = list(range(batch))  # the original row of each row in the batch
@@ -328,9 +369,10 @@ class HFBackend:
                     lengths[running[batch_row]] = ended_at[batch_row]
 
         generated = 0
-        cache = DynamicCache(config=self.model.config)
+        cache = self._new_cache(cache_length)
         with torch.inference_mode():
-            logits = self._forward(input_ids, attention_mask, positions, cache)
+            static = self._compiled_step is not None
+            logits = self._forward(input_ids, attention if static else attention_mask, positions, cache)
             for step in range(max_new_tokens):
                 tokens = draw_tokens(logits, seeds_tensor, step, sampling)
                 column = prompt_length + step
@@ -345,19 +387,70 @@ class HFBackend:
                 finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
                 if generated == max_new_tokens or len(finished) == len(running):
                     break
-                if len(finished) * COMPACT_EVERY >= len(running):
+                if self._time_to_compact(len(finished), len(running)):
                     collect(finished, generated)
-                    keep = [batch_row for batch_row, end in enumerate(ended_at) if end is None]
+                    keep = self._rows_to_keep(ended_at)
                     index = torch.tensor(keep, device=self.device)
-                    cache.batch_select_indices(index)
+                    cache = self._kept_rows(cache, index, cache_length)
                     sequences, attention, tokens = sequences[index], attention[index], tokens[index]
                     seeds_tensor, next_positions = seeds_tensor[index], next_positions[index]
                     running = [running[batch_row] for batch_row in keep]
-                    ended_at = [None] * len(keep)
-                logits = self._forward(tokens.unsqueeze(1), attention[:, : column + 1], next_positions, cache)
+                    ended_at = [ended_at[batch_row] for batch_row in keep]
+                if static:
+                    # static shapes: the whole mask (future positions are masked as causal), one token per row
+                    logits = self._compiled_step(tokens.unsqueeze(1), attention, next_positions, cache)
+                else:
+                    logits = self._forward(tokens.unsqueeze(1), attention[:, : column + 1], next_positions, cache)
                 next_positions = next_positions + 1
         collect(list(range(len(running))), generated)
         return rows_tokens, lengths
+
+    def _new_cache(self, length: int):
+        """The KV cache of one batch: grown step by step, or allocated once at its final length (compile)."""
+        from transformers import DynamicCache, StaticCache
+
+        if self._compiled_step is None:
+            return DynamicCache(config=self.model.config)
+        return StaticCache(config=self.model.config, max_cache_len=length)
+
+    def _time_to_compact(self, finished: int, running: int) -> bool:
+        """Whether the finished rows leave the batch now: once they are 1/COMPACT_EVERY of it; with a compiled
+        step, once they are half of it, so that a batch of 256 goes through at most 8 shapes (each compiled
+        once per job) rather than one per finished row."""
+        if self._compiled_step is not None:
+            return finished * 2 >= running
+        return finished * COMPACT_EVERY >= running
+
+    def _rows_to_keep(self, ended_at: list[int | None]) -> list[int]:
+        """The rows of the batch that stay: those still running; with a compiled step, also as many finished
+        ones (still counted as finished) as pad the batch to a power of two, so that every batch of a job
+        reuses the same few compiled shapes."""
+        running = [batch_row for batch_row, end in enumerate(ended_at) if end is None]
+        if self._compiled_step is None:
+            return running
+        padding = (1 << (len(running) - 1).bit_length()) - len(running)
+        finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
+        return sorted(running + finished[:padding])
+
+    def _kept_rows(self, cache, index, cache_length: int):
+        """The cache with only these rows (a dynamic cache in place; a static one as a new, smaller one)."""
+        import torch
+        from transformers import StaticCache
+
+        if not isinstance(cache, StaticCache):
+            cache.batch_select_indices(index)
+            return cache
+        smaller = StaticCache(config=self.model.config, max_cache_len=cache_length)
+        for layer, kept in zip(cache.layers, smaller.layers, strict=True):
+            keys, values = layer.keys[index], layer.values[index]
+            kept.lazy_initialization(keys, values)
+            kept.keys.copy_(keys)
+            kept.values.copy_(values)
+            kept.cumulative_length.copy_(layer.cumulative_length)
+        del cache
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        return smaller
 
     def _forward(self, input_ids, attention_mask, position_ids, cache):
         """The model's next-token logits for each row (only the last position's are computed)."""
