@@ -22,6 +22,10 @@ operands up to 999; 128 prompts in batches of 64 on CPU, 1,024 in batches of 256
 temperature 0.7, top_p 1.0): prompt lengths differ and rows end at their own EOS, as in a real run. There
 the backend's batching longest prompt first and dropping finished rows count; plain ``generate`` runs the
 batches in the prompts' order and keeps every row until the batch's last one ends.
+
+``--compile`` also times the backend with ``generation.compile`` (static KV cache, torch.compile'd step,
+CUDA graphs on a GPU) after one untimed run that compiles its shapes, and checks its samples against the
+eager loop's.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import time
 from pathlib import Path
 
 from snakeskills.backends import GenerationRequest, SamplingParams
-from snakeskills.backends.hf import HFBackend
+from snakeskills.backends.hf import HFBackend, compiled_decoding_step
 
 REPO = Path(__file__).resolve().parent.parent
 VOCABULARY = 151_936
@@ -206,6 +210,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each; the best counts")
+    parser.add_argument("--compile", action="store_true", help="also time generation.compile (after compiling)")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args()
 
@@ -225,6 +230,13 @@ def main() -> None:
         timings["backend_greedy"].append(run_backend(backend, requests, greedy))
         timings["plain_sampled"].append(run_plain(backend, requests, sampled))
     timings["backend_one_by_one"] = [run_one_by_one(backend, requests, sampled)]
+    if arguments.compile:  # the same backend with generation.compile; an untimed run compiles its shapes first
+        backend._compiled_step = compiled_decoding_step(backend.model, backend.device)
+        started = time.perf_counter()
+        run_backend(backend, requests, sampled)
+        compile_seconds = time.perf_counter() - started
+        compiled_runs = [run_backend(backend, requests, sampled) for _ in range(arguments.repeats)]
+        timings["backend_compiled_sampled"] = compiled_runs
     rates = {name: max(tokens / seconds for seconds, tokens, _ in runs) for name, runs in timings.items()}
     batched_samples, single_samples = timings["backend_sampled"][0][2], timings["backend_one_by_one"][0][2]
     same = sum(a == b for a, b in zip(batched_samples, single_samples, strict=True))
@@ -245,6 +257,12 @@ def main() -> None:
         "batched_speedup_over_one_by_one": round(rates["backend_sampled"] / rates["backend_one_by_one"], 1),
         "identical_samples_batched_and_one_by_one": f"{same}/{len(requests)}",
     }
+    if arguments.compile:
+        compiled_samples = timings["backend_compiled_sampled"][0][2]
+        figures["compiled_ratio_to_plain"] = round(rates["backend_compiled_sampled"] / rates["plain_sampled"], 3)
+        figures["compiled_first_run_seconds"] = round(compile_seconds, 1)
+        same_compiled = sum(a == b for a, b in zip(batched_samples, compiled_samples, strict=True))
+        figures["identical_samples_compiled_and_eager"] = f"{same_compiled}/{len(requests)}"
     suffix = "" if arguments.workload == "random" else f"-{arguments.workload}"
     output = arguments.output or (
         REPO / f"bench/results/generation{suffix}-{'cuda' if device.startswith('cuda') else 'cpu'}.json"

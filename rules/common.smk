@@ -62,6 +62,11 @@ def check_config(config):
             f"config key sft.lora.r is {config['sft']['lora']['r']} but generation.vllm.max_lora_rank is "
             f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
         )
+    if generation["compile"] and generation["backend"] != "hf":
+        raise ValueError(
+            f"config key generation.compile applies to the hf backend only, but generation.backend is "
+            f"{generation['backend']!r} (vllm compiles by itself unless generation.vllm.enforce_eager)"
+        )
 
 
 check_config(config)

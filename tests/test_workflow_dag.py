@@ -120,8 +120,12 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
             lambda config: (config["generation"].update(backend="vllm"), config["sft"]["lora"].update(r=128)),
             "config key sft.lora.r is 128 but generation.vllm.max_lora_rank is 64",
         ),
+        (
+            lambda config: config["generation"].update(backend="vllm", compile=True),
+            "config key generation.compile applies to the hf backend only, but generation.backend is 'vllm'",
+        ),
     ],
-    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max"],
+    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max", "compile-without-hf"],
 )
 def test_mistakes_that_cost_nothing_to_find_stop_the_plan(tmp_path, mutate, message):
     process = run_snakemake(tmp_path, "--dry-run", configfile=_write_config(tmp_path, mutate))
