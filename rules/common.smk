@@ -62,6 +62,12 @@ def check_config(config):
             f"config key sft.lora.r is {config['sft']['lora']['r']} but generation.vllm.max_lora_rank is "
             f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
         )
+    score = config["sft"]["filters"]["score"]
+    if score != "symbolic_correct" and config["judge"]["llm"] is None:
+        raise ValueError(
+            f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
+            "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
+        )
     if generation["compile"] and generation["backend"] != "hf":
         raise ValueError(
             f"config key generation.compile applies to the hf backend only, but generation.backend is "

@@ -19,16 +19,38 @@ from snakeskills.prompts import build_messages, encode_messages
 logger = logging.getLogger(__name__)
 
 
+SCORES = {
+    "symbolic_correct": ("symbolic_correct",),
+    "judge_correct": ("judge_correct",),
+    "both": ("symbolic_correct", "judge_correct"),
+}
+
+
+def is_correct(row: dict, score: str, where: str) -> bool:
+    """The row's verdict under ``sft.filters.score``: symbolic_correct (the symbolic judge), judge_correct (the
+    LLM judge) or both (each must say correct). A verdict the row lacks is an error naming ``where``."""
+    verdicts = []
+    for field in SCORES[score]:
+        if field not in row:
+            source = "an LLM judge (judge.llm)" if field == "judge_correct" else "the judge stage"
+            raise SnakeskillsError(
+                f"{where}: no {field!r} field, which sft.filters.score={score!r} needs; it is written by {source}"
+            )
+        verdicts.append(bool(row[field]))
+    return all(verdicts)
+
+
 def select_sft_records(judged_paths: list[str | Path], prompt_config: dict, filters: dict) -> tuple[list[dict], dict]:
-    """Keep judged-correct, complete, de-duplicated generations; returns (records, counts per filter)."""
+    """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations; returns (records,
+    counts per filter)."""
     counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
     seen = set()
     kept_per_problem: dict[str, int] = {}
     records = []
     for path in judged_paths:
-        for row in iter_jsonl(path):
+        for row_number, row in enumerate(iter_jsonl(path), start=1):
             counts["judged"] += 1
-            if filters["correct_only"] and not row["symbolic_correct"]:
+            if filters["correct_only"] and not is_correct(row, filters["score"], f"{path}: row {row_number}"):
                 counts["incorrect"] += 1
                 continue
             if row["finish_reason"] != "stop":

@@ -342,7 +342,13 @@ def test_prepare_split_synthetic_matches_generator():
 # ---------------------------------------------------------------- sft
 
 PROMPT = {"system": "Solve.", "user": "Q: {problem}", "examples": "", "chat_template": False, "stop": []}
-FILTERS = {"correct_only": True, "max_generation_tokens": 100, "dedup": True, "max_per_problem": 2}
+FILTERS = {
+    "correct_only": True,
+    "score": "symbolic_correct",
+    "max_generation_tokens": 100,
+    "dedup": True,
+    "max_per_problem": 2,
+}
 
 
 def judged(id_: str, problem: str, generation: str, correct: bool = True, finish: str = "stop", tokens: int = 10):
@@ -410,7 +416,13 @@ def test_select_sft_records_filters(judged_files):
 
 
 def test_select_sft_records_relaxed_filters_still_drop_truncated(judged_files):
-    relaxed = {"correct_only": False, "max_generation_tokens": None, "dedup": False, "max_per_problem": None}
+    relaxed = {
+        "correct_only": False,
+        "score": "symbolic_correct",
+        "max_generation_tokens": None,
+        "dedup": False,
+        "max_per_problem": None,
+    }
     records, counts = select_sft_records(judged_files, PROMPT, relaxed)
     assert counts["truncated"] == 1
     assert counts["kept"] == 7
@@ -497,3 +509,23 @@ def test_fingerprint_follows_file_identity_and_settings(tmp_path):
     assert fingerprint([adapter], {"temperature": 1.0}) != first
     with pytest.raises(SnakeskillsError, match="missing.jsonl: cannot read the file"):
         fingerprint([tmp_path / "missing.jsonl"], {})
+
+
+@pytest.mark.parametrize(
+    ("score", "kept"),
+    [("symbolic_correct", ["a", "b"]), ("judge_correct", ["a", "c"]), ("both", ["a"])],
+)
+def test_select_sft_records_by_the_chosen_verdict(tmp_path, score, kept):
+    """sft.filters.score picks which judge's verdict decides what SFT learns from."""
+    rows = []
+    for generation, symbolic, llm in [("a", True, True), ("b", True, False), ("c", False, True), ("d", False, False)]:
+        rows.append({**judged("p1", "1+1", generation, correct=symbolic), "judge_correct": llm, "judgement": "..."})
+    write_jsonl(tmp_path / "judged.jsonl", rows)
+    records, counts = select_sft_records([tmp_path / "judged.jsonl"], PROMPT, {**FILTERS, "score": score})
+    assert [record["messages"][-1]["content"] for record in records] == kept
+    assert counts["incorrect"] == 4 - len(kept) and counts["kept"] == len(kept)
+
+
+def test_select_sft_records_without_the_llm_verdict_names_the_file_and_row(judged_files):
+    with pytest.raises(SnakeskillsError, match=r"seed0\.jsonl: row 1: no 'judge_correct' field.*judge\.llm"):
+        select_sft_records(judged_files, PROMPT, {**FILTERS, "score": "both"})

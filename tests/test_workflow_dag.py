@@ -124,8 +124,12 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
             lambda config: config["generation"].update(backend="vllm", compile=True),
             "config key generation.compile applies to the hf backend only, but generation.backend is 'vllm'",
         ),
+        (
+            lambda config: config["sft"].setdefault("filters", {}).update(score="judge_correct"),
+            "config key sft.filters.score is 'judge_correct', which needs the LLM judge's verdicts",
+        ),
     ],
-    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max", "compile-without-hf"],
+    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max", "compile-without-hf", "llm-score-without-judge"],
 )
 def test_mistakes_that_cost_nothing_to_find_stop_the_plan(tmp_path, mutate, message):
     process = run_snakemake(tmp_path, "--dry-run", configfile=_write_config(tmp_path, mutate))
