@@ -216,13 +216,15 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
     for model, benchmarks in summary.items():
         for benchmark, metrics in benchmarks.items():
             modes = headline_modes(metrics)
+            # the LLM judge's verdict, when it ran, beside the symbolic one (headline mode only)
+            judged = ["judge_correct"] if "judge_correct" in metrics[modes[0]] else []
             shares = [metric for metric in FINISH_REASON_SHARES.values() if metric in metrics[modes[0]]]
             if header is None:
-                header = ["model", "benchmark", "num_entries", *modes, *shares]
+                header = ["model", "benchmark", "num_entries", *modes, *(f"{modes[0]} judge" for _ in judged), *shares]
             rows.append(
                 [model, benchmark, str(metrics[modes[0]]["num_entries"])]
                 + [format_value(metrics[mode], "symbolic_correct") for mode in modes]
-                + [format_value(metrics[modes[0]], metric) for metric in shares]
+                + [format_value(metrics[modes[0]], metric) for metric in [*judged, *shares]]
             )
     return [header, *rows]
 
@@ -241,7 +243,9 @@ def format_comparison(summary: dict[str, dict], base_model: str) -> str:
             base_metrics = summary[base_model][benchmark][mode]
             delta = metrics[mode]["symbolic_correct"] - base_metrics["symbolic_correct"]
             gains.append(f"{model} vs {base_model} on {benchmark}: {mode} symbolic_correct {delta:+.2f} points")
-    title = "symbolic_correct by model (eval split)"
+    title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
+    if not any(cell.endswith(" judge") for cell in rows[0]):
+        title = "symbolic_correct by model (eval split)"
     return "\n".join([title, *lines, "", *gains]) + "\n"
 
 
