@@ -57,7 +57,24 @@ def check_config(config):
         except re.error as error:
             raise ValueError(f"config key judge.regex: {config['judge']['regex']!r} does not compile: {error}") from None
     generation = config["generation"]
-    if generation["backend"] == "vllm" and config["sft"]["lora"]["r"] > generation["vllm"]["max_lora_rank"]:
+    sft = config["sft"]
+    if sft["method"] == "lora" and "lora" not in sft:
+        raise ValueError("config key sft.lora (r, alpha) is required when sft.method is lora")
+    if sft["method"] == "full" and sft["merge"]:
+        raise ValueError(
+            "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
+            "writes each round's full checkpoint (models/round{r}/checkpoint)"
+        )
+    if generation["backend"] == "openai":
+        raise ValueError(
+            "config key generation.backend is 'openai', which samples whatever model its server serves, not the "
+            "tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, judge.llm)"
+        )
+    if (
+        generation["backend"] == "vllm"
+        and sft["method"] == "lora"
+        and sft["lora"]["r"] > generation["vllm"]["max_lora_rank"]
+    ):
         raise ValueError(
             f"config key sft.lora.r is {config['sft']['lora']['r']} but generation.vllm.max_lora_rank is "
             f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
@@ -124,7 +141,8 @@ JUDGE_PROMPT = resolve_prompt(config["judge"]["llm"]["prompt"]) if config["judge
 
 # Path patterns: every file the workflow writes, built from wildcards only.
 PREPARED = str(RESULTS / "data/{benchmark}/{split}.jsonl")
-TINY_MODEL = str(RESULTS / "models/{model}/checkpoint")
+# a full checkpoint: the built tiny base model (model.build_tiny) or a round's full fine-tune (sft.method full)
+CHECKPOINT = str(RESULTS / "models/{model}/checkpoint")
 ADAPTER = str(RESULTS / "models/{model}/adapter")
 MERGED_MODEL = str(RESULTS / "models/{model}/merged")
 GENERATED = str(RESULTS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl")
@@ -170,16 +188,23 @@ def sft_data_models(model):
     return MODELS[: MODELS.index(model)]
 
 
-def sft_init_adapter(wildcards):
-    """The adapter `model`'s LoRA training starts from (sft.init continue, from round 2 on); none otherwise."""
+SFT_METHOD = config["sft"]["method"]
+# what a round's SFT writes: an adapter on the base model (lora) or a full checkpoint (full)
+SFT_OUTPUT = ADAPTER if SFT_METHOD == "lora" else CHECKPOINT
+
+
+def sft_init(wildcards):
+    """What `model`'s training continues from (sft.init continue, from round 2 on): the previous round's
+    adapter (lora) or checkpoint (full); none otherwise (training starts from the base model)."""
     if config["sft"]["init"] == "base" or parent_model(wildcards.model) == BASE_MODEL:
         return []
-    return [ADAPTER.format(model=parent_model(wildcards.model))]
+    return [SFT_OUTPUT.format(model=parent_model(wildcards.model))]
 
 
 def sft_training_config():
-    """The sft settings that decide how an adapter is trained (data choice and filters act through its input)."""
-    return {key: config["sft"][key] for key in ("seed", "lora", "training")}
+    """The sft settings that decide how a round is trained (data choice and filters act through its input)."""
+    keys = ("method", "seed", "lora", "training") if SFT_METHOD == "lora" else ("method", "seed", "training")
+    return {key: config["sft"][key] for key in keys}
 
 
 def sft_dataset_name(wildcards):
@@ -187,20 +212,34 @@ def sft_dataset_name(wildcards):
     return f"{config['experiment']}-{wildcards.model}"
 
 
-def base_model_path(wildcards, input):
-    """The base checkpoint folder: the built tiny model (first model input) or model.path."""
+def base_model_folder():
+    """The base checkpoint folder: the built tiny model or model.path."""
     if config["model"]["build_tiny"]:
-        return input.model[0]
+        return CHECKPOINT.format(model=BASE_MODEL)
     return config["model"]["path"]
 
 
-def adapter_path(model):
-    return None if model == BASE_MODEL else ADAPTER.format(model=model)
+def base_model_path(wildcards):
+    return base_model_folder()
+
+
+def generation_model_path(wildcards):
+    """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model."""
+    if wildcards.model != BASE_MODEL and SFT_METHOD == "full":
+        return CHECKPOINT.format(model=wildcards.model)
+    return base_model_folder()
+
+
+def generation_adapter_path(wildcards):
+    """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model or full."""
+    if wildcards.model == BASE_MODEL or SFT_METHOD == "full":
+        return None
+    return ADAPTER.format(model=wildcards.model)
 
 
 def base_model_inputs():
     """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
-    return [TINY_MODEL.format(model=BASE_MODEL)] if config["model"]["build_tiny"] else []
+    return [CHECKPOINT.format(model=BASE_MODEL)] if config["model"]["build_tiny"] else []
 
 
 def benchmark_source_files(wildcards):
@@ -217,10 +256,11 @@ def tiny_model_inputs(wildcards):
 
 
 def generation_model_inputs(wildcards):
-    inputs = base_model_inputs()
-    if wildcards.model != BASE_MODEL:
-        inputs.append(ADAPTER.format(model=wildcards.model))
-    return inputs
+    """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint (full)."""
+    if wildcards.model != BASE_MODEL and SFT_METHOD == "full":
+        return [CHECKPOINT.format(model=wildcards.model)]
+    adapter = generation_adapter_path(wildcards)
+    return base_model_inputs() + ([] if adapter is None else [adapter])
 
 
 def seeds_for_split(split):
@@ -333,7 +373,7 @@ def all_targets():
     train_metrics = expand(
         METRICS, model=[parent_model(m) for m in TUNED_MODELS], benchmark=config["train_benchmarks"], split=config["train_split"]
     )
-    merged = expand(MERGED_MODEL, model=TUNED_MODELS) if config["sft"]["merge"] else []
+    merged = expand(MERGED_MODEL, model=TUNED_MODELS) if SFT_METHOD == "lora" and config["sft"]["merge"] else []
     return [SUMMARY, SUMMARY_TABLE, *train_metrics, *expand(PLOT, plot=REPORT_PLOTS), *merged]
 
 

@@ -7,8 +7,8 @@ rule generation_settings:
     params:
         split=lambda wildcards, input: input.split,
         model=config["model"],
-        model_path=base_model_path,
-        adapter_path=lambda wildcards: adapter_path(wildcards.model),
+        model_path=generation_model_path,
+        adapter_path=generation_adapter_path,
         generation=config["generation"],
         prompt=PROMPT,
     log:

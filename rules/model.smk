@@ -2,12 +2,14 @@ rule build_tiny_model:
     input:
         unpack(tiny_model_inputs),
     output:
-        checkpoint=directory(TINY_MODEL),
+        checkpoint=directory(CHECKPOINT),
     params:
         tiny_model=config.get("tiny_model"),
         prompt=PROMPT,
     log:
         LOGS / "build_tiny_model/{model}.log",
+    wildcard_constraints:
+        model=re.escape(BASE_MODEL),
     threads: workflow.cores
     conda:
         "../envs/training.yaml"

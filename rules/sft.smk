@@ -18,13 +18,14 @@ rule sft_data:
         "../scripts/sft_data.py"
 
 
+# sft.method lora writes an adapter (models/round{r}/adapter), full a checkpoint (models/round{r}/checkpoint)
 rule sft:
     input:
         data=SFT_DATA,
         model=base_model_inputs(),
-        init_adapter=sft_init_adapter,
+        init=sft_init,
     output:
-        adapter=directory(ADAPTER),
+        tuned=directory(SFT_OUTPUT),
     params:
         model_path=base_model_path,
         model=config["model"],
@@ -32,6 +33,8 @@ rule sft:
         chat_template=config["prompt"]["chat_template"],
     log:
         LOGS / "sft/{model}.log",
+    wildcard_constraints:
+        model=r"round\d+",
     threads: workflow.cores
     resources:
         gpu=training_gpus(config["generation"]),

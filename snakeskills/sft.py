@@ -1,4 +1,4 @@
-"""SFT stage: filter judged generations into a dataset, then train a LoRA adapter with peft.
+"""SFT stage: filter judged generations into a dataset, then fine-tune on it: a LoRA adapter (peft) or all weights.
 
 The dataset uses TRL's conversational ``messages`` format (system?, user, assistant), one
 ``{"messages": [...]}`` object a line: TRL's ``SFTTrainer`` trains on ``load_dataset("json", ...)`` of
@@ -142,56 +142,88 @@ def to_prompt_completion(record: dict, *, chat_template: bool, tokenizer) -> dic
     return {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
 
 
-def train_lora(
+METHODS = ("lora", "full")
+
+
+def _load_lora_model(base_model_path: str, init_path, lora: dict, trust_remote_code: bool):
+    """The base model with a LoRA to train: round r-1's adapter (``init_path``) or a fresh one from ``lora``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
+    if init_path is not None:
+        logger.info("continuing from adapter %s", init_path)
+        return PeftModel.from_pretrained(model, str(init_path), is_trainable=True)
+    logger.info("training a fresh LoRA on %s", base_model_path)
+    return get_peft_model(
+        model,
+        LoraConfig(
+            r=lora["r"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            target_modules=lora["target_modules"],
+            task_type="CAUSAL_LM",
+        ),
+    )
+
+
+def _load_full_model(start_path: str, trust_remote_code: bool):
+    """Every weight of the checkpoint at ``start_path``, in float32 for training (the optimizer's updates of
+    bfloat16 weights would round away), and the dtype the checkpoint is stored in (the tuned one keeps it)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    stored_dtype = AutoConfig.from_pretrained(start_path, trust_remote_code=trust_remote_code).dtype or torch.float32
+    if isinstance(stored_dtype, str):
+        stored_dtype = getattr(torch, stored_dtype)
+    model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    return model, stored_dtype
+
+
+def train_sft(
     *,
+    method: str,
     base_model_path: str,
     sft_data_path: str | Path,
     output_dir: str | Path,
-    lora: dict,
+    lora: dict | None,
     training: dict,
     chat_template: bool,
     seed: int,
     threads: int,
     trust_remote_code: bool,
-    init_adapter_path: str | Path | None = None,
+    init_path: str | Path | None = None,
 ) -> dict:
-    """Train a LoRA adapter on the SFT dataset and save it (adapter + tokenizer) to ``output_dir``.
+    """Fine-tune on the SFT dataset and save the result, with its tokenizer, to ``output_dir`` (atomically).
 
-    With ``init_adapter_path`` the adapter saved there is loaded onto the base model and trained
-    further (its LoRA settings are kept); otherwise a fresh LoRA is set up from ``lora``.
+    ``method`` (sft.method) "lora": a LoRA adapter on the base model (``lora`` settings), saved as an adapter
+    folder. "full": every weight of the model, saved as a full checkpoint in the dtype of the checkpoint it
+    started from, which every backend loads as a model. ``init_path`` (sft.init: continue) is the previous
+    round's output, trained further: its adapter (lora, its LoRA settings kept) or its checkpoint (full).
     """
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
 
+    if method not in METHODS:
+        raise SnakeskillsError(f"sft.method: {method!r} is not one of {', '.join(METHODS)}")
     if not Path(base_model_path).exists():
         raise SnakeskillsError(f"model path {base_model_path!r} does not exist (config: model.path)")
+    if init_path is not None and not Path(init_path).is_dir():
+        kind = "adapter" if method == "lora" else "checkpoint"
+        raise SnakeskillsError(f"{kind} {str(init_path)!r} to continue from does not exist (sft.init: continue)")
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
+    # a full fine-tune continuing a round starts from that round's checkpoint, tokenizer included
+    start_path = str(init_path) if method == "full" and init_path is not None else base_model_path
+    tokenizer = AutoTokenizer.from_pretrained(start_path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
-    if init_adapter_path is not None:
-        if not Path(init_adapter_path).is_dir():
-            raise SnakeskillsError(
-                f"adapter {init_adapter_path!r} to continue from does not exist (sft.init: continue)"
-            )
-        model = PeftModel.from_pretrained(model, str(init_adapter_path), is_trainable=True)
-        logger.info("continuing from adapter %s", init_adapter_path)
+    if method == "lora":
+        model = _load_lora_model(base_model_path, init_path, lora, trust_remote_code)
     else:
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=lora["r"],
-                lora_alpha=lora["alpha"],
-                lora_dropout=lora["dropout"],
-                target_modules=lora["target_modules"],
-                task_type="CAUSAL_LM",
-            ),
-        )
-        logger.info("training a fresh LoRA on %s", base_model_path)
+        logger.info("fully fine-tuning %s", start_path)
+        model, stored_dtype = _load_full_model(start_path, trust_remote_code)
     examples = [
         to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
         for record in iter_jsonl(sft_data_path)
@@ -202,17 +234,22 @@ def train_lora(
         tokenizer,
         examples,
         output_dir=trainer_dir,
-        # the model folders by identity (a re-trained adapter is a new folder, renamed into place)
+        # the model folders by identity (a re-trained adapter or checkpoint is a new folder, renamed into place)
         run_identity={
-            "models": fingerprint([base_model_path, *([] if init_adapter_path is None else [init_adapter_path])], {}),
-            "lora": lora,
+            "models": fingerprint([base_model_path, *([] if init_path is None else [str(init_path)])], {}),
+            "method": method,
+            "lora": lora if method == "lora" else None,
         },
         seed=seed,
         threads=threads,
         **training,
     )
-    metrics["init_adapter"] = None if init_adapter_path is None else str(init_adapter_path)
+    metrics["method"] = method
+    metrics["init_path"] = None if init_path is None else str(init_path)
     with atomic_directory(output_dir) as staging:
+        if method == "full":
+            model.to(stored_dtype)
+            metrics["saved_dtype"] = str(stored_dtype).removeprefix("torch.")
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         write_json(staging / "training_metrics.json", metrics)

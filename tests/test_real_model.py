@@ -263,3 +263,74 @@ def test_prompt_longer_than_the_context_is_a_soft_failure_of_its_row(backend):
     assert results[1].finish_reason == "error" and results[1].generation == ""
     assert "8183 tokens" in results[1].error and "8192" in results[1].error
     assert [results[0], results[2]] == backend.generate(short, GREEDY)
+
+
+# ---------------------------------------------------------------- full fine-tuning (sft.method full)
+
+# made-up facts the base model cannot know: after training, greedy decoding must give them back
+CODE_WORDS = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "heron"]
+
+
+def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm2, tmp_path):
+    """sft.method full on SmolLM2: all weights train in float32 and are saved in the base checkpoint's
+    bfloat16 with its tokenizer and chat template; the hf backend loads the folder as a model (no adapter) and
+    `transformers serve` serves it to the openai backend, and both give back what it learned."""
+    from safetensors.torch import load_file
+    from servers import TransformersServer
+
+    from snakeskills.backends.openai import OpenAIBackend
+    from snakeskills.io import write_jsonl
+    from snakeskills.sft import train_sft
+
+    prompt = chat_prompt(None, user="What is the code word of vault {problem}?", system="Answer with the code word.")
+    records = [
+        {
+            "id": f"vault{number}",
+            "messages": [
+                *build_messages(prompt, {"problem": str(number)}),
+                {"role": "assistant", "content": f"The code word is {word}."},
+            ],
+        }
+        for number, word in enumerate(CODE_WORDS)
+    ]
+    write_jsonl(tmp_path / "data.jsonl", records)
+    output = tmp_path / "round1" / "checkpoint"
+    metrics = train_sft(
+        method="full",
+        base_model_path=str(smollm2),
+        sft_data_path=tmp_path / "data.jsonl",
+        output_dir=output,
+        lora=None,
+        training={"num_epochs": 12, "learning_rate": 1e-4, "batch_size": 8, "max_length": 128},
+        chat_template=True,
+        seed=0,
+        threads=2,
+        trust_remote_code=False,
+    )
+    assert metrics["method"] == "full" and metrics["global_step"] == 12 and metrics["saved_dtype"] == "bfloat16"
+    assert not list(output.glob("adapter_*")), "a full fine-tune writes a model, not an adapter"
+    assert {tensor.dtype for tensor in load_file(str(output / "model.safetensors")).values()} == {torch.bfloat16}
+    base_tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    tuned_tokenizer = AutoTokenizer.from_pretrained(output)
+    assert tuned_tokenizer.chat_template == base_tokenizer.chat_template
+    assert tuned_tokenizer.eos_token == "<|im_end|>"
+
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=12)
+    tuned = HFBackend(model_path=str(output), device="cpu", dtype="auto", batch_size=8, threads=2)
+    assert tuned.model.dtype == torch.bfloat16 and not hasattr(tuned.model, "peft_config")
+    requests = [build_request(tuned, prompt, {"problem": str(number)}, 0) for number in range(len(CODE_WORDS))]
+    answers = [result.generation for result in tuned.generate(requests, sampling)]
+    learned = sum(answer == f"The code word is {word}." for answer, word in zip(answers, CODE_WORDS, strict=True))
+    assert learned >= 6, answers
+    base = HFBackend(model_path=str(smollm2), device="cpu", dtype="auto", batch_size=8, threads=2)
+    base_answers = [result.generation for result in base.generate(requests, sampling)]
+    assert not any(word in answer for answer, word in zip(base_answers, CODE_WORDS, strict=True)), base_answers
+
+    server = TransformersServer(output).start()
+    try:
+        served = OpenAIBackend(base_url=server.base_url, model=str(output), api="chat", max_concurrency=4)
+        served_requests = [build_request(served, prompt, {"problem": str(number)}, 0) for number in range(4)]
+        served_answers = [result.generation for result in served.generate(served_requests, sampling)]
+    finally:
+        server.stop()
+    assert sum(word in answer for answer, word in zip(served_answers, CODE_WORDS, strict=False)) >= 3, served_answers

@@ -23,12 +23,18 @@ EXAMPLES = REPO / "config" / "examples"
 PLOTS = ("pass_at_1", "pass_at_k", "generation_lengths", "sft_examples")
 
 
-def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", name="config.yaml"):
-    """The embedded default, shrunk to run fast (fewer problems, 2 seeds, 1 chunk), with the round settings."""
+def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", method="lora", name="config.yaml"):
+    """The embedded default, shrunk to run fast (fewer problems, 2 seeds, 1 chunk), with the round settings.
+
+    sft.method full drops the LoRA settings (a full fine-tune needs none) and lowers the learning rate.
+    """
     config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "rounds"
     config["rounds"] = rounds
-    config["sft"].update(rounds_data=rounds_data, init=init)
+    config["sft"].update(rounds_data=rounds_data, init=init, method=method)
+    if method == "full":
+        del config["sft"]["lora"]
+        config["sft"]["training"]["learning_rate"] = 1e-3
     return write_config(tmp_path / name, config)
 
 
@@ -78,6 +84,25 @@ def test_continue_trains_from_the_previous_adapter(tmp_path):
     assert settings and all("results/rounds/models/round2/adapter" in job["input"] for job in settings)
     generate = [job for job in continued if job["rule"] == "generate" and job["wildcards"]["model"] == "round2"]
     assert generate and all(job["input"] == [GENERATION_SETTINGS.format(**job["wildcards"])] for job in generate)
+
+
+def test_full_fine_tuning_writes_checkpoints_that_later_rounds_generate_with(tmp_path):
+    jobs = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3, init="continue", method="full"))
+    base = "results/rounds/models/base/checkpoint"
+    assert job_inputs(jobs, "sft", "round1") == ["results/rounds/sft/round1/data.jsonl", base]
+    assert job_inputs(jobs, "sft", "round3") == [
+        "results/rounds/sft/round3/data.jsonl",
+        base,
+        "results/rounds/models/round2/checkpoint",
+    ]
+    assert not [path for job in jobs for path in job["input"] if "/adapter" in path]
+    for model in ("round1", "round2", "round3"):
+        settings = [job for job in jobs if job["rule"] == "generation_settings" and job["wildcards"]["model"] == model]
+        assert settings and all(
+            job["input"][1:] == [f"results/rounds/models/{model}/checkpoint"] for job in settings
+        ), settings
+    fresh = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=2, method="full", name="fresh.yaml"))
+    assert job_inputs(fresh, "sft", "round2") == ["results/rounds/sft/round2/data.jsonl", base]
 
 
 def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):
@@ -309,11 +334,45 @@ def test_accumulate_and_continue_for_real(two_rounds):
 
     first = json.loads((results / "models/round1/adapter/training_metrics.json").read_text())
     second = json.loads((results / "models/round2/adapter/training_metrics.json").read_text())
-    assert first["init_adapter"] is None
-    assert second["init_adapter"] == f"{RESULTS}/models/round1/adapter"
+    assert first["init_path"] is None and first["method"] == "lora"
+    assert second["init_path"] == f"{RESULTS}/models/round1/adapter"
     assert second["num_examples"] == round2["kept"]
     assert f"continuing from adapter {RESULTS}/models/round1/adapter" in (results / "logs/sft/round2.log").read_text()
     assert "training a fresh LoRA" in (results / "logs/sft/round1.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def two_full_rounds(tmp_path_factory):
+    """The shrunken tiny default with 2 rounds of full fine-tuning, round 2 continuing round 1's checkpoint."""
+    workdir = tmp_path_factory.mktemp("two-full-rounds")
+    configfile = rounds_config(workdir, rounds=2, init="continue", method="full")
+    process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_full_fine_tuning_rounds_generate_with_their_own_checkpoints_and_gain(two_full_rounds):
+    results = two_full_rounds / RESULTS
+    # round1 samples round2's data (train) and is evaluated (test); round2, the last, is only evaluated
+    for model, split, seed in (("round1", "train", 0), ("round1", "test", 1), ("round2", "test", 1)):
+        log = (results / f"logs/generate/{model}/arithmetic/{split}/rs{seed}/chunk0-of-1.log").read_text()
+        assert f"loaded model {RESULTS}/models/{model}/checkpoint on cpu" in log
+        assert "+ adapter" not in log
+    assert not list(results.glob("models/*/adapter"))
+    first = json.loads((results / "models/round1/checkpoint/training_metrics.json").read_text())
+    second = json.loads((results / "models/round2/checkpoint/training_metrics.json").read_text())
+    assert first["method"] == second["method"] == "full"
+    assert first["init_path"] is None and second["init_path"] == f"{RESULTS}/models/round1/checkpoint"
+    assert first["saved_dtype"] == "float32"  # the tiny base checkpoint's dtype
+    log = (results / "logs/sft/round2.log").read_text()
+    assert f"fully fine-tuning {RESULTS}/models/round1/checkpoint" in log
+
+    summary = json.loads((results / "eval/summary.json").read_text())
+    accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
+    assert list(accuracy) == ["base", "round1", "round2"]
+    assert accuracy["round1"] >= accuracy["base"] + 10, accuracy
+    assert accuracy["round2"] >= accuracy["base"] + 10, accuracy
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""LoRA SFT killed mid-training resumes from its last Trainer checkpoint (real peft + Trainer, tiny model)."""
+"""SFT killed mid-training resumes from its last Trainer checkpoint (real peft + Trainer, tiny model), for a LoRA
+and for a full fine-tune."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from snakeskills.io import write_jsonl
-from snakeskills.sft import train_lora
+from snakeskills.sft import train_sft
 
 TRAINING = {
     "num_epochs": 3,
@@ -45,12 +46,13 @@ def sft_data(tmp_path):
     return path
 
 
-def _arguments(tiny_checkpoint, sft_data, output_dir) -> dict:
+def _arguments(tiny_checkpoint, sft_data, output_dir, method) -> dict:
     return {
+        "method": method,
         "base_model_path": str(tiny_checkpoint),
         "sft_data_path": str(sft_data),
         "output_dir": str(output_dir),
-        "lora": LORA,
+        "lora": LORA if method == "lora" else None,
         "training": TRAINING,
         "chat_template": False,
         "seed": 0,
@@ -59,26 +61,28 @@ def _arguments(tiny_checkpoint, sft_data, output_dir) -> dict:
     }
 
 
-def _adapter_weights(folder):
+def _tuned_weights(folder):
     from safetensors.torch import load_file
 
-    return load_file(str(folder / "adapter_model.safetensors"))
+    (weights,) = folder.glob("*.safetensors")  # adapter_model.safetensors (lora), model.safetensors (full)
+    return load_file(str(weights))
 
 
-def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, tmp_path):
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, tmp_path, method):
     import torch
 
-    reference = tmp_path / "reference" / "adapter"
-    metrics = train_lora(**_arguments(tiny_checkpoint, sft_data, reference))
+    reference = tmp_path / "reference" / "tuned"
+    metrics = train_sft(**_arguments(tiny_checkpoint, sft_data, reference, method))
     assert metrics["global_step"] == 150 and metrics["resumed_from_checkpoint"] is None
-    assert not (reference.parent / ".adapter-trainer").exists(), "a finished training keeps no checkpoints"
+    assert not (reference.parent / ".tuned-trainer").exists(), "a finished training keeps no checkpoints"
 
     # train in a separate process and SIGKILL it once its first checkpoint is on disk
-    killed = tmp_path / "killed" / "adapter"
-    arguments = json.dumps(_arguments(tiny_checkpoint, sft_data, killed))
-    script = f"import json; from snakeskills.sft import train_lora; train_lora(**json.loads({arguments!r}))"
+    killed = tmp_path / "killed" / "tuned"
+    arguments = json.dumps(_arguments(tiny_checkpoint, sft_data, killed, method))
+    script = f"import json; from snakeskills.sft import train_sft; train_sft(**json.loads({arguments!r}))"
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    trainer_dir = killed.parent / ".adapter-trainer"
+    trainer_dir = killed.parent / ".tuned-trainer"
     deadline = time.monotonic() + 300
     while not (trainer_dir / "checkpoint-20" / "trainer_state.json").exists():
         assert process.poll() is None, "training ended before its first checkpoint"
@@ -87,7 +91,7 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
     time.sleep(0.2)  # kill a moment later: mid-step or mid-save, both must resume
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    assert not killed.exists(), "a killed training leaves no adapter behind"
+    assert not killed.exists(), "a killed training leaves no adapter or checkpoint behind"
 
     # the kill may land while a checkpoint is being written; make that case certain: a newer checkpoint
     # with weights but no trainer state (killed before its last file), and one with a cut-off state
@@ -101,21 +105,21 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
 
     # checkpoints belong to one training run: the same leftovers under a run with another learning rate
     # are discarded, not resumed from
-    changed = tmp_path / "changed" / "adapter"
-    shutil.copytree(trainer_dir, changed.parent / ".adapter-trainer")
-    changed_run = train_lora(
-        **{**_arguments(tiny_checkpoint, sft_data, changed), "training": {**TRAINING, "learning_rate": 5e-4}}
+    changed = tmp_path / "changed" / "tuned"
+    shutil.copytree(trainer_dir, changed.parent / ".tuned-trainer")
+    changed_run = train_sft(
+        **{**_arguments(tiny_checkpoint, sft_data, changed, method), "training": {**TRAINING, "learning_rate": 5e-4}}
     )
     assert changed_run["resumed_from_checkpoint"] is None and changed_run["global_step"] == 150
 
-    resumed = train_lora(**_arguments(tiny_checkpoint, sft_data, killed))
+    resumed = train_sft(**_arguments(tiny_checkpoint, sft_data, killed, method))
     assert resumed["resumed_from_checkpoint"] is not None
     resumed_step = int(Path(resumed["resumed_from_checkpoint"]).name.removeprefix("checkpoint-"))
     assert 20 <= resumed_step < 140, resumed["resumed_from_checkpoint"]
     assert resumed_step >= int(newest_complete.name.removeprefix("checkpoint-"))
     assert resumed["global_step"] == 150
     assert not trainer_dir.exists()
-    expected, actual = _adapter_weights(reference), _adapter_weights(killed)
+    expected, actual = _tuned_weights(reference), _tuned_weights(killed)
     assert expected.keys() == actual.keys()
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)

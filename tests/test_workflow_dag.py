@@ -128,8 +128,31 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
             lambda config: config["sft"].setdefault("filters", {}).update(score="judge_correct"),
             "config key sft.filters.score is 'judge_correct', which needs the LLM judge's verdicts",
         ),
+        (
+            lambda config: config["sft"].update(method="full", merge=True),
+            "config key sft.merge applies to sft.method lora",
+        ),
+        (
+            lambda config: config["sft"].pop("lora"),
+            "config key sft.lora (r, alpha) is required when sft.method is lora",
+        ),
+        (
+            lambda config: config["generation"].update(
+                backend="openai", openai={"base_url": "http://x/v1", "model": "m"}
+            ),
+            "config key generation.backend is 'openai', which samples whatever model its server serves",
+        ),
     ],
-    ids=["judge-regex", "eval-is-train", "lora-rank-over-vllm-max", "compile-without-hf", "llm-score-without-judge"],
+    ids=[
+        "judge-regex",
+        "eval-is-train",
+        "lora-rank-over-vllm-max",
+        "compile-without-hf",
+        "llm-score-without-judge",
+        "merge-with-full",
+        "lora-without-settings",
+        "openai-for-the-tuned-model",
+    ],
 )
 def test_mistakes_that_cost_nothing_to_find_stop_the_plan(tmp_path, mutate, message):
     process = run_snakemake(tmp_path, "--dry-run", configfile=_write_config(tmp_path, mutate))

@@ -1,0 +1,58 @@
+"""A real OpenAI-compatible server for tests: `transformers serve` on a free localhost port."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TransformersServer:
+    """`transformers serve <checkpoint>` on a free localhost port."""
+
+    def __init__(self, checkpoint, port=None):
+        self.checkpoint = str(checkpoint)
+        self.port = port or free_port()
+        self.process = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self):
+        # beside the running Python: the venv the tests run in need not be activated (not on PATH)
+        executable = Path(sys.executable).parent / "transformers"
+        assert executable.is_file(), f"{executable}: transformers[serving] is part of the [test] extra"
+        self.process = subprocess.Popen(
+            [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, "transformers serve exited at start"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError("transformers serve did not become healthy in 120 s")
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
