@@ -6,7 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
-from snakeskills.gpus import generation_gpus, training_gpus
+from snakeskills.gpus import generation_gpus, training_gpus, training_processes
 from snakeskills.data.prepare import apply_presets, check_benchmark_specs, check_splits, local_source_files
 from snakeskills.prompts import resolve_prompt
 from snakeskills.workflow import JobSettings
@@ -64,6 +64,23 @@ def check_config(config):
         raise ValueError(
             "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
             "writes each round's full checkpoint (models/round{r}/checkpoint)"
+        )
+    sft_gpus = training_gpus(sft, generation)
+    processes = training_processes(sft, sft_gpus)
+    if sft_gpus > 0 and processes != sft_gpus:
+        raise ValueError(
+            f"config key sft.processes is {processes} but the sft job has {sft_gpus} GPU(s) (sft.gpus): training "
+            "runs one process per GPU; set sft.processes to null or to sft.gpus"
+        )
+    if sft["training"]["batch_size"] % processes:
+        raise ValueError(
+            f"config key sft.training.batch_size ({sft['training']['batch_size']}) must be a multiple of the "
+            f"{processes} training processes (sft.processes / sft.gpus): each process takes an equal share"
+        )
+    if sft["distributed"] == "fsdp" and sft_gpus < 2:
+        raise ValueError(
+            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "
+            f"{sft_gpus} GPU(s); set sft.gpus to 2 or more, or use ddp"
         )
     if generation["backend"] == "openai":
         raise ValueError(
@@ -201,10 +218,19 @@ def sft_init(wildcards):
     return [SFT_OUTPUT.format(model=parent_model(wildcards.model))]
 
 
+SFT_GPUS = training_gpus(config["sft"], config["generation"])
+
+
 def sft_training_config():
-    """The sft settings that decide how a round is trained (data choice and filters act through its input)."""
+    """The sft settings that decide how a round is trained (data choice and filters act through its input).
+
+    The processes count too: each process draws its own share of every batch, so the weights differ."""
     keys = ("method", "seed", "lora", "training") if SFT_METHOD == "lora" else ("method", "seed", "training")
-    return {key: config["sft"][key] for key in keys}
+    return {
+        **{key: config["sft"][key] for key in keys},
+        "processes": training_processes(config["sft"], SFT_GPUS),
+        "distributed": config["sft"]["distributed"],
+    }
 
 
 def sft_dataset_name(wildcards):

@@ -37,7 +37,7 @@ rule sft:
         model=r"round\d+",
     threads: workflow.cores
     resources:
-        gpu=training_gpus(config["generation"]),
+        gpu=SFT_GPUS,
     conda:
         "../envs/training.yaml"
     script:

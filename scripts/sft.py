@@ -1,21 +1,27 @@
 from snakeskills.gpus import claim_job_gpus
-from snakeskills.sft import train_sft
+from snakeskills.sft import launch_sft, train_sft
 from snakeskills.workflow import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
-    claim_job_gpus(snakemake.resources.gpu)
+    gpus = claim_job_gpus(snakemake.resources.gpu)
     sft = snakemake.params.sft
-    metrics = train_sft(
-        method=sft["method"],
-        base_model_path=snakemake.params.model_path,
-        sft_data_path=snakemake.input.data,
-        output_dir=snakemake.output.tuned,
-        lora=sft["lora"] if sft["method"] == "lora" else None,
-        training=sft["training"],
-        init_path=snakemake.input.init[0] if snakemake.input.init else None,
-        chat_template=snakemake.params.chat_template,
-        seed=sft["seed"],
-        threads=snakemake.threads,
-        trust_remote_code=snakemake.params.model["trust_remote_code"],
-    )
+    processes = sft["processes"]
+    arguments = {
+        "method": sft["method"],
+        "base_model_path": snakemake.params.model_path,
+        "sft_data_path": snakemake.input.data,
+        "output_dir": snakemake.output.tuned,
+        "lora": sft["lora"] if sft["method"] == "lora" else None,
+        "training": sft["training"],
+        "init_path": snakemake.input.init[0] if snakemake.input.init else None,
+        "chat_template": snakemake.params.chat_template,
+        "seed": sft["seed"],
+        "threads": max(1, snakemake.threads // processes),
+        "trust_remote_code": snakemake.params.model["trust_remote_code"],
+        "distributed": sft["distributed"],
+    }
+    if processes == 1:
+        metrics = train_sft(**arguments)
+    else:
+        metrics = launch_sft(arguments, processes=processes, on_cpu=not gpus, log_path=snakemake.log[0])
     logger.info("sft done: %s", metrics)

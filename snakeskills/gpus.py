@@ -53,9 +53,16 @@ def generation_gpus(generation: dict) -> int:
     return 0 if generation["device"] == "cpu" else 1
 
 
-def training_gpus(generation: dict) -> int:
-    """GPUs of the sft job: one, unless the run is set to CPU (hf generation on device cpu)."""
+def training_gpus(sft: dict, generation: dict) -> int:
+    """GPUs of the sft job: sft.gpus, else one, unless the run is set to CPU (hf generation on device cpu)."""
+    if sft["gpus"] is not None:
+        return sft["gpus"]
     return 0 if generation["backend"] == "hf" and generation["device"] == "cpu" else 1
+
+
+def training_processes(sft: dict, gpus: int) -> int:
+    """Training processes of the sft job: sft.processes, else one per GPU it has (one on CPU)."""
+    return sft["processes"] or max(gpus, 1)
 
 
 def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> list[str]:

@@ -9,6 +9,7 @@ so a user can train elsewhere.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -193,6 +194,8 @@ def train_sft(
     threads: int,
     trust_remote_code: bool,
     init_path: str | Path | None = None,
+    processes: int = 1,
+    distributed: str = "ddp",
 ) -> dict:
     """Fine-tune on the SFT dataset and save the result, with its tokenizer, to ``output_dir`` (atomically).
 
@@ -200,11 +203,12 @@ def train_sft(
     folder. "full": every weight of the model, saved as a full checkpoint in the dtype of the checkpoint it
     started from, which every backend loads as a model. ``init_path`` (sft.init: continue) is the previous
     round's output, trained further: its adapter (lora, its LoRA settings kept) or its checkpoint (full).
+    With ``processes > 1`` this runs in every process ``launch_sft`` started (see ``train_on_examples``).
     """
     import torch
     from transformers import AutoTokenizer
 
-    from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
+    from snakeskills.training import cast_saved_weights, save_trained, train_on_examples, trainer_dir_for
 
     if method not in METHODS:
         raise SnakeskillsError(f"sft.method: {method!r} is not one of {', '.join(METHODS)}")
@@ -219,6 +223,7 @@ def train_sft(
     tokenizer = AutoTokenizer.from_pretrained(start_path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    stored_dtype = None
     if method == "lora":
         model = _load_lora_model(base_model_path, init_path, lora, trust_remote_code)
     else:
@@ -228,12 +233,11 @@ def train_sft(
         to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
         for record in iter_jsonl(sft_data_path)
     ]
-    trainer_dir = trainer_dir_for(output_dir)
-    metrics = train_on_examples(
+    metrics, trainer = train_on_examples(
         model,
         tokenizer,
         examples,
-        output_dir=trainer_dir,
+        output_dir=trainer_dir_for(output_dir),
         # the model folders by identity (a re-trained adapter or checkpoint is a new folder, renamed into place)
         run_identity={
             "models": fingerprint([base_model_path, *([] if init_path is None else [str(init_path)])], {}),
@@ -242,19 +246,49 @@ def train_sft(
         },
         seed=seed,
         threads=threads,
+        processes=processes,
+        distributed=distributed,
         **training,
     )
     metrics["method"] = method
     metrics["init_path"] = None if init_path is None else str(init_path)
-    with atomic_directory(output_dir) as staging:
-        if method == "full":
-            model.to(stored_dtype)
-            metrics["saved_dtype"] = str(stored_dtype).removeprefix("torch.")
-        model.save_pretrained(staging)
+    if stored_dtype is not None:
+        metrics["saved_dtype"] = str(stored_dtype).removeprefix("torch.")
+
+    def finish(staging: Path) -> None:
+        if stored_dtype is not None:
+            cast_saved_weights(staging, stored_dtype)
         tokenizer.save_pretrained(staging)
         write_json(staging / "training_metrics.json", metrics)
-    discard_trainer_dir(trainer_dir)
+
+    save_trained(trainer, output_dir, finish)
     return metrics
+
+
+def launch_sft(arguments: dict, *, processes: int, on_cpu: bool, log_path: str | Path) -> dict:
+    """``train_sft(**arguments)`` in ``processes`` processes started by ``accelerate launch`` (one per GPU,
+    or CPU processes over gloo when ``on_cpu``); their output is appended to ``log_path``. Returns the metrics
+    the main process saved with the model."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a free port for the processes' rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
+    command += ["--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no"]
+    # --multi_gpu starts the processes with torch.distributed.run (accelerate's --cpu alone starts one, or
+    # needs mpirun); on a CPU run each one's Trainer then trains on the CPU and talks over gloo
+    command += ["--dynamo_backend", "no", "--multi_gpu"]
+    command += ["-m", "snakeskills.sft", json.dumps({**arguments, "processes": processes})]
+    logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.flush()
+        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    if returncode != 0:
+        raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")
+    return json.loads((Path(arguments["output_dir"]) / "training_metrics.json").read_text())
 
 
 def merge_adapter(
@@ -271,3 +305,11 @@ def merge_adapter(
         merged.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
     logger.info("merged %s + %s into %s", base_model_path, adapter_path, output_dir)
+
+
+if __name__ == "__main__":
+    # one of the processes `launch_sft` starts: train_sft's arguments come as one JSON argument
+    import sys
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    train_sft(**json.loads(sys.argv[1]))

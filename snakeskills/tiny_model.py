@@ -93,9 +93,9 @@ def build_and_bootstrap(
     never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
     """
-    from snakeskills.io import atomic_directory, write_json
+    from snakeskills.io import write_json
     from snakeskills.prompts import fill_template, model_input_ids
-    from snakeskills.training import discard_trainer_dir, train_on_examples, trainer_dir_for
+    from snakeskills.training import save_trained, train_on_examples, trainer_dir_for
 
     output_dir = Path(output_dir)
     tokenizer = build_char_tokenizer()
@@ -117,12 +117,11 @@ def build_and_bootstrap(
     stopper = accuracy_stop_callback(
         tokenizer, validation, target=stop_at_accuracy, check_every=check_every_steps, max_new_tokens=max_new_tokens
     )
-    trainer_dir = trainer_dir_for(output_dir)
-    metrics = train_on_examples(
+    metrics, trainer = train_on_examples(
         model,
         tokenizer,
         examples,
-        output_dir=trainer_dir,
+        output_dir=trainer_dir_for(output_dir),
         run_identity={
             "architecture": architecture,
             "stop_at_accuracy": stop_at_accuracy,
@@ -143,11 +142,12 @@ def build_and_bootstrap(
         [v["expected_answer"] for v in validation],
         max_new_tokens,
     )
-    with atomic_directory(output_dir) as staging:
-        model.save_pretrained(staging)
+
+    def finish(staging):
         tokenizer.save_pretrained(staging)
         write_json(staging / "bootstrap_metrics.json", metrics)
-    discard_trainer_dir(trainer_dir)
+
+    save_trained(trainer, output_dir, finish)
     return metrics
 
 

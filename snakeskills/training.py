@@ -157,21 +157,34 @@ def train_on_examples(
     warmup_steps: float = 0.0,
     checkpoint_steps: int = 0,
     threads: int = 1,
+    processes: int = 1,
+    distributed: str = "ddp",
     callbacks: list | None = None,
-) -> dict:
-    """Train ``model`` in place on ``examples`` (``prompt_ids``, ``completion``); returns the training metrics.
+):
+    """Train ``model`` in place on ``examples`` (``prompt_ids``, ``completion``); returns (metrics, trainer).
 
     With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
     training resumes from the newest complete one found there (a rerun after a kill continues, not
     restarts), provided it was written by the same run: ``run_identity`` (what the model is, e.g. its
     paths), the hyperparameters and the examples must match, or the old checkpoints are discarded.
-    The caller discards ``output_dir`` once the trained model is saved (``discard_trainer_dir``).
+    The caller saves the model (``save_trained``), which also discards ``output_dir``.
+
+    With ``processes > 1`` this runs in each of the processes ``accelerate launch`` started (its
+    ``WORLD_SIZE`` must match): each takes ``batch_size / processes`` examples of every optimizer step, and
+    ``distributed`` "fsdp" shards the model across them instead of replicating it (DDP).
     """
+    import os
+
     import torch
     from transformers import Trainer, TrainingArguments
 
     if not examples:
         raise ValueError("no training examples: nothing to fine-tune on")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size != processes:
+        raise ValueError(f"training for {processes} process(es) runs in a world of {world_size}")
+    if batch_size % processes:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {processes} training processes")
     torch.set_num_threads(threads)
     dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
     output_dir = Path(output_dir)
@@ -184,13 +197,18 @@ def train_on_examples(
         "weight_decay": weight_decay,
         "warmup_steps": warmup_steps,
         "checkpoint_steps": checkpoint_steps,
+        "processes": processes,
+        "distributed": distributed,
     }
-    claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
+    # FSDP (GPUs only): full_shard of every transformer block (the model's _no_split_modules)
+    sharding = (
+        {"fsdp": "full_shard auto_wrap", "fsdp_config": {"use_orig_params": True}} if distributed == "fsdp" else {}
+    )
     arguments = TrainingArguments(
         output_dir=str(output_dir),
         num_train_epochs=num_epochs,
         learning_rate=learning_rate,
-        per_device_train_batch_size=batch_size,
+        per_device_train_batch_size=batch_size // processes,
         weight_decay=weight_decay,
         warmup_steps=warmup_steps,
         lr_scheduler_type="linear",
@@ -205,7 +223,14 @@ def train_on_examples(
         dataloader_num_workers=0,
         remove_unused_columns=False,
         use_cpu=not torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,
+        **sharding,
     )
+    # creating the arguments set up the processes' group; the main process claims the checkpoint folder
+    # (and drops partial checkpoints) first, the others then find it claimed and the same last checkpoint
+    with arguments.main_process_first(desc="checkpoint folder", local=False):
+        claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
+        resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
     trainer = Trainer(
         model=model,
         args=arguments,
@@ -213,7 +238,6 @@ def train_on_examples(
         data_collator=PadCollator(tokenizer.pad_token_id),
         callbacks=callbacks,
     )
-    resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -221,4 +245,55 @@ def train_on_examples(
     metrics["num_examples"] = len(examples)
     metrics["resumed_from_checkpoint"] = resume_from
     metrics["global_step"] = trainer.state.global_step
-    return metrics
+    metrics["processes"] = processes
+    return metrics, trainer
+
+
+def save_trained(trainer, output_dir: str | Path, finish) -> None:
+    """Save the trained model to ``output_dir``, complete or not at all, then drop the run's checkpoints.
+
+    Every process takes part in ``trainer.save_model`` (FSDP gathers the shards; only the main process
+    writes), into a staging folder beside ``output_dir``. The main process then calls ``finish(staging)``
+    (tokenizer, metrics, dtype) and renames the folder into place.
+    """
+    import os
+
+    output_dir = Path(output_dir)
+    staging = output_dir.parent / f".{output_dir.name}.staging"
+    main = trainer.is_world_process_zero()
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    trainer.accelerator.wait_for_everyone()
+    if main:
+        try:
+            (staging / "training_args.bin").unlink(missing_ok=True)
+            finish(staging)
+            if output_dir.exists():
+                shutil.rmtree(output_dir)
+            os.replace(staging, output_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        discard_trainer_dir(trainer.args.output_dir)
+    trainer.accelerator.wait_for_everyone()
+
+
+def cast_saved_weights(folder: str | Path, dtype) -> None:
+    """Store the floating-point weights of the checkpoint in ``folder`` as ``dtype`` (and say so in its config)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    for path in sorted(folder.glob("*.safetensors")):
+        tensors = {
+            name: tensor.to(dtype) if tensor.is_floating_point() else tensor
+            for name, tensor in load_file(str(path)).items()
+        }
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dtype" if "dtype" in config or "torch_dtype" not in config else "torch_dtype"] = str(dtype).removeprefix(
+        "torch."
+    )
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -142,6 +142,18 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
             ),
             "config key generation.backend is 'openai', which samples whatever model its server serves",
         ),
+        (
+            lambda config: config["sft"].update(gpus=2, processes=1),
+            "config key sft.processes is 1 but the sft job has 2 GPU(s) (sft.gpus)",
+        ),
+        (
+            lambda config: (config["generation"].update(device="cpu"), config["sft"].update(processes=3)),
+            "config key sft.training.batch_size (32) must be a multiple of the 3 training processes",
+        ),
+        (
+            lambda config: config["sft"].update(distributed="fsdp"),
+            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has 1 GPU(s)",
+        ),
     ],
     ids=[
         "judge-regex",
@@ -152,6 +164,9 @@ def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
         "merge-with-full",
         "lora-without-settings",
         "openai-for-the-tuned-model",
+        "processes-not-one-per-gpu",
+        "batch-not-shared-by-processes",
+        "fsdp-on-one-gpu",
     ],
 )
 def test_mistakes_that_cost_nothing_to_find_stop_the_plan(tmp_path, mutate, message):

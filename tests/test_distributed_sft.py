@@ -1,0 +1,93 @@
+"""SFT in several processes: `accelerate launch` starts them (torch.distributed.run), each Trainer trains on
+its share of every batch and they average gradients (DDP). On this CPU-only machine the processes run on the
+CPU and talk over gloo, the same code path as one process per GPU; FSDP needs GPUs and is not run here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_snakemake, shrunk_default_config, write_config
+
+from snakeskills.backends import SamplingParams, build_request
+from snakeskills.backends.hf import HFBackend
+from snakeskills.io import write_jsonl
+from snakeskills.sft import launch_sft
+
+RESULTS = "results/ddp"
+
+
+def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoint, tmp_path):
+    records = [
+        {"id": f"p{i}", "messages": [{"role": "user", "content": f"{i}+{i}="}, {"role": "assistant", "content": "7"}]}
+        for i in range(64)
+    ]
+    write_jsonl(tmp_path / "data.jsonl", records)
+    output = tmp_path / "round1" / "checkpoint"
+    arguments = {
+        "method": "full",
+        "base_model_path": str(tiny_checkpoint),
+        "sft_data_path": str(tmp_path / "data.jsonl"),
+        "output_dir": str(output),
+        "lora": None,
+        "training": {"num_epochs": 8, "learning_rate": 1e-2, "batch_size": 16, "max_length": 16},
+        "chat_template": False,
+        "seed": 0,
+        "threads": 1,
+        "trust_remote_code": False,
+    }
+    log = tmp_path / "sft.log"
+    metrics = launch_sft(arguments, processes=2, on_cpu=True, log_path=log)
+    # 64 examples in optimizer steps of 16 (8 per process): 4 steps an epoch
+    assert metrics["processes"] == 2 and metrics["global_step"] == 32 and metrics["method"] == "full"
+    assert sorted(path.name for path in output.parent.iterdir()) == ["checkpoint"], "no staging or trainer folder"
+    assert log.read_text().count("fully fine-tuning") == 2, "both processes trained"
+    backend = HFBackend(model_path=str(output), device="cpu", batch_size=4)
+    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
+    requests = [build_request(backend, prompt, {"problem": f"{i}+{i}"}, 0) for i in range(4)]
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2)
+    assert [result.generation for result in backend.generate(requests, greedy)] == ["7"] * 4, "it learned the answer"
+
+
+def test_a_failing_process_fails_the_job_with_its_log(tiny_checkpoint, tmp_path):
+    from snakeskills.errors import SnakeskillsError
+
+    arguments = {
+        "method": "lora",
+        "base_model_path": str(tiny_checkpoint),
+        "sft_data_path": str(tmp_path / "missing.jsonl"),
+        "output_dir": str(tmp_path / "adapter"),
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
+        "training": {"num_epochs": 1, "learning_rate": 1e-3, "batch_size": 4, "max_length": 16},
+        "chat_template": False,
+        "seed": 0,
+        "threads": 1,
+        "trust_remote_code": False,
+    }
+    with pytest.raises(SnakeskillsError, match="the 2 training processes failed"):
+        launch_sft(arguments, processes=2, on_cpu=True, log_path=tmp_path / "sft.log")
+    assert "missing.jsonl" in (tmp_path / "sft.log").read_text()
+    assert not (tmp_path / "adapter").exists()
+
+
+@pytest.mark.slow
+def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
+    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
+    config["experiment"] = "ddp"
+    config["generation"]["device"] = "cpu"
+    config["sft"]["processes"] = 2
+    configfile = write_config(tmp_path / "config.yaml", config)
+    process = run_snakemake(tmp_path, "--cores", "2", configfile=configfile)
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    results = tmp_path / RESULTS
+    log = (results / "logs/sft/round1.log").read_text()
+    assert "launching 2 training processes" in log and "accelerate.commands.launch --num_processes 2" in log
+    metrics = json.loads((results / "models/round1/adapter/training_metrics.json").read_text())
+    stats = json.loads((results / "sft/round1/stats.json").read_text())
+    # training.batch_size 32 stays the examples per optimizer step: 16 per process
+    steps_per_epoch = -(-stats["kept"] // 32)
+    assert metrics["processes"] == 2 and metrics["global_step"] == steps_per_epoch * 5
+    summary = json.loads((results / "eval/summary.json").read_text())
+    accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
+    assert accuracy["round1"] >= accuracy["base"] + 10, accuracy
