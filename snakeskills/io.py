@@ -108,11 +108,22 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield temporary
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(temporary, path)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    publish_directory(temporary, path)
+
+
+def publish_directory(staging: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Rename the finished folder ``staging`` to ``path``, replacing what was there; on failure remove it."""
+    import shutil
+
+    try:
+        if Path(path).exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeskills.io import fingerprint
+from snakeskills.io import fingerprint, publish_directory
 
 logger = logging.getLogger(__name__)
 
@@ -256,8 +256,6 @@ def save_trained(trainer, output_dir: str | Path, finish) -> None:
     writes), into a staging folder beside ``output_dir``. The main process then calls ``finish(staging)``
     (tokenizer, metrics, dtype) and renames the folder into place.
     """
-    import os
-
     output_dir = Path(output_dir)
     staging = output_dir.parent / f".{output_dir.name}.staging"
     main = trainer.is_world_process_zero()
@@ -270,12 +268,10 @@ def save_trained(trainer, output_dir: str | Path, finish) -> None:
         try:
             (staging / "training_args.bin").unlink(missing_ok=True)
             finish(staging)
-            if output_dir.exists():
-                shutil.rmtree(output_dir)
-            os.replace(staging, output_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        publish_directory(staging, output_dir)
         discard_trainer_dir(trainer.args.output_dir)
     trainer.accelerator.wait_for_everyone()
 

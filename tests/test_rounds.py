@@ -291,14 +291,19 @@ def test_alpaca_and_llamafactory_exports(tmp_path):
 RESULTS = "results/rounds"
 
 
-@pytest.fixture(scope="module")
-def two_rounds(tmp_path_factory):
-    """The shrunken tiny default with 2 rounds, data accumulated, round 2 continuing round 1's adapter."""
-    workdir = tmp_path_factory.mktemp("two-rounds")
-    configfile = rounds_config(workdir, rounds=2, rounds_data="accumulate", init="continue")
+def run_rounds(tmp_path_factory, name: str, **settings):
+    """A real run of `rounds_config(**settings)` in a fresh folder; returns (folder, config file)."""
+    workdir = tmp_path_factory.mktemp(name)
+    configfile = rounds_config(workdir, **settings)
     process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     return workdir, configfile
+
+
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory):
+    """The shrunken tiny default with 2 rounds, data accumulated, round 2 continuing round 1's adapter."""
+    return run_rounds(tmp_path_factory, "two-rounds", rounds=2, rounds_data="accumulate", init="continue")
 
 
 @pytest.mark.slow
@@ -344,10 +349,7 @@ def test_accumulate_and_continue_for_real(two_rounds):
 @pytest.fixture(scope="module")
 def two_full_rounds(tmp_path_factory):
     """The shrunken tiny default with 2 rounds of full fine-tuning, round 2 continuing round 1's checkpoint."""
-    workdir = tmp_path_factory.mktemp("two-full-rounds")
-    configfile = rounds_config(workdir, rounds=2, init="continue", method="full")
-    process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
-    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    workdir, _ = run_rounds(tmp_path_factory, "two-full-rounds", rounds=2, init="continue", method="full")
     return workdir
 
 
