@@ -72,11 +72,20 @@ def check_config(config):
             f"config key sft.processes is {processes} but the sft job has {sft_gpus} GPU(s) (sft.gpus): training "
             "runs one process per GPU; set sft.processes to null or to sft.gpus"
         )
-    if sft["training"]["batch_size"] % processes:
+    accumulation = sft["training"]["gradient_accumulation_steps"]
+    if sft["training"]["batch_size"] % (processes * accumulation):
         raise ValueError(
             f"config key sft.training.batch_size ({sft['training']['batch_size']}) must be a multiple of the "
-            f"{processes} training processes (sft.processes / sft.gpus): each process takes an equal share"
+            f"{processes} training processes (sft.processes / sft.gpus) x {accumulation} "
+            "sft.training.gradient_accumulation_steps: each forward pass takes an equal share"
         )
+    if config["model"]["build_tiny"]:
+        tiny_training = config["tiny_model"]["training"]
+        if tiny_training["batch_size"] % tiny_training["gradient_accumulation_steps"]:
+            raise ValueError(
+                "config key tiny_model.training.batch_size must be a multiple of "
+                "tiny_model.training.gradient_accumulation_steps"
+            )
     if sft["distributed"] == "fsdp" and sft_gpus < 2:
         raise ValueError(
             "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "

@@ -1,7 +1,7 @@
-"""Supervised fine-tuning of causal LMs on prompt/completion pairs with transformers' Trainer.
+"""Supervised fine-tuning of causal LMs on prompt/completion pairs with TRL's SFTTrainer.
 
 Used twice: the embedded default's bootstrap (full training of the tiny model) and the SFT stage
-(LoRA via peft on judged-correct generations). Loss is on completion tokens only.
+(a LoRA via peft, or every weight, on judged-correct generations). Loss is on completion tokens only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import json
 import logging
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from snakeskills.io import fingerprint, publish_directory
@@ -97,11 +96,13 @@ def discard_trainer_dir(trainer_dir: str | Path) -> None:
 
 
 def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
-    """A ``datasets.Dataset`` of ``input_ids``/``labels``; prompt tokens are masked out of the loss.
+    """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (1 on the tokens the loss is on), as TRL's
+    ``SFTTrainer`` takes an already tokenized prompt-completion dataset.
 
     ``prompt_ids`` are the model input as generation builds it (``prompts.encode_messages``: chat template
     applied, special tokens exactly once); the completion is tokenized on its own, as the model generates
-    it after the prompt, and followed by the tokenizer's EOS so the model learns to stop.
+    it after the prompt, and followed by the tokenizer's EOS so the model learns to stop. TRL turns the mask
+    into labels (-100 on the prompt) and pads; an example whose prompt alone fills ``max_length`` is dropped.
     """
     import datasets
 
@@ -113,35 +114,12 @@ def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int)
         completion_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"]
         completion_ids = completion_ids + [tokenizer.eos_token_id]
         input_ids = (prompt_ids + completion_ids)[:max_length]
-        labels = ([IGNORE_INDEX] * len(prompt_ids) + completion_ids)[:max_length]
-        rows.append({"input_ids": input_ids, "labels": labels})
+        completion_mask = ([0] * len(prompt_ids) + [1] * len(completion_ids))[:max_length]
+        rows.append({"input_ids": input_ids, "completion_mask": completion_mask})
     return datasets.Dataset.from_list(rows)
 
 
-@dataclass
-class PadCollator:
-    """Right-pads ``input_ids`` with the pad token and ``labels`` with the ignore index."""
-
-    pad_token_id: int
-
-    def __call__(self, features: list[dict]) -> dict:
-        import torch
-
-        width = max(len(feature["input_ids"]) for feature in features)
-        input_ids, labels, attention_mask = [], [], []
-        for feature in features:
-            padding = width - len(feature["input_ids"])
-            input_ids.append(list(feature["input_ids"]) + [self.pad_token_id] * padding)
-            labels.append(list(feature["labels"]) + [IGNORE_INDEX] * padding)
-            attention_mask.append([1] * len(feature["input_ids"]) + [0] * padding)
-        return {
-            "input_ids": torch.tensor(input_ids),
-            "labels": torch.tensor(labels),
-            "attention_mask": torch.tensor(attention_mask),
-        }
-
-
-def train_on_examples(
+def sft_trainer(
     model,
     tokenizer,
     examples: list[dict],
@@ -156,36 +134,51 @@ def train_on_examples(
     weight_decay: float = 0.0,
     warmup_steps: float = 0.0,
     checkpoint_steps: int = 0,
+    gradient_accumulation_steps: int = 1,
+    gradient_checkpointing: bool = False,
+    bf16: str | bool = "auto",
+    packing: bool = False,
     threads: int = 1,
     processes: int = 1,
     distributed: str = "ddp",
     callbacks: list | None = None,
 ):
-    """Train ``model`` in place on ``examples`` (``prompt_ids``, ``completion``); returns (metrics, trainer).
+    """TRL's ``SFTTrainer`` for ``model`` on ``examples`` (``prompt_ids``, ``completion``), with the loss on the
+    completions only; returns (trainer, the checkpoint to resume from or None).
+
+    ``batch_size`` is the examples per optimizer step: each of the ``processes`` takes ``batch_size /
+    (processes x gradient_accumulation_steps)`` per forward pass. ``bf16`` "auto" trains in bfloat16 mixed
+    precision where the GPU supports it (float32 on a CPU). ``packing`` puts several examples in one row
+    (TRL's best-fit decreasing, without padding; each example attends to itself only, by its position ids).
 
     With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
     training resumes from the newest complete one found there (a rerun after a kill continues, not
     restarts), provided it was written by the same run: ``run_identity`` (what the model is, e.g. its
     paths), the hyperparameters and the examples must match, or the old checkpoints are discarded.
-    The caller saves the model (``save_trained``), which also discards ``output_dir``.
 
     With ``processes > 1`` this runs in each of the processes ``accelerate launch`` started (its
-    ``WORLD_SIZE`` must match): each takes ``batch_size / processes`` examples of every optimizer step, and
-    ``distributed`` "fsdp" shards the model across them instead of replicating it (DDP).
+    ``WORLD_SIZE`` must match), and ``distributed`` "fsdp" shards the model across them instead of
+    replicating it (DDP).
     """
     import os
 
     import torch
-    from transformers import Trainer, TrainingArguments
+    from trl import SFTConfig, SFTTrainer
 
     if not examples:
         raise ValueError("no training examples: nothing to fine-tune on")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size != processes:
         raise ValueError(f"training for {processes} process(es) runs in a world of {world_size}")
-    if batch_size % processes:
-        raise ValueError(f"batch_size {batch_size} is not a multiple of the {processes} training processes")
+    share = processes * gradient_accumulation_steps
+    if batch_size % share:
+        raise ValueError(
+            f"batch_size {batch_size} is not a multiple of {processes} process(es) x {gradient_accumulation_steps} "
+            "accumulation step(s)"
+        )
     torch.set_num_threads(threads)
+    on_gpu = torch.cuda.is_available()
+    use_bf16 = (on_gpu and torch.cuda.is_bf16_supported()) if bf16 == "auto" else bool(bf16)
     dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
     output_dir = Path(output_dir)
     hyperparameters = {
@@ -197,6 +190,10 @@ def train_on_examples(
         "weight_decay": weight_decay,
         "warmup_steps": warmup_steps,
         "checkpoint_steps": checkpoint_steps,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "gradient_checkpointing": gradient_checkpointing,
+        "bf16": use_bf16,
+        "packing": packing,
         "processes": processes,
         "distributed": distributed,
     }
@@ -204,11 +201,17 @@ def train_on_examples(
     sharding = (
         {"fsdp": "full_shard auto_wrap", "fsdp_config": {"use_orig_params": True}} if distributed == "fsdp" else {}
     )
-    arguments = TrainingArguments(
+    arguments = SFTConfig(
         output_dir=str(output_dir),
+        max_length=max_length,
+        completion_only_loss=True,
+        packing=packing,
         num_train_epochs=num_epochs,
         learning_rate=learning_rate,
-        per_device_train_batch_size=batch_size // processes,
+        per_device_train_batch_size=batch_size // share,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        gradient_checkpointing=gradient_checkpointing,
+        bf16=use_bf16,
         weight_decay=weight_decay,
         warmup_steps=warmup_steps,
         lr_scheduler_type="linear",
@@ -222,7 +225,7 @@ def train_on_examples(
         disable_tqdm=True,
         dataloader_num_workers=0,
         remove_unused_columns=False,
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not on_gpu,
         ddp_find_unused_parameters=False,
         **sharding,
     )
@@ -231,13 +234,18 @@ def train_on_examples(
     with arguments.main_process_first(desc="checkpoint folder", local=False):
         claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
         resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
-    trainer = Trainer(
-        model=model,
-        args=arguments,
-        train_dataset=dataset,
-        data_collator=PadCollator(tokenizer.pad_token_id),
-        callbacks=callbacks,
+    trainer = SFTTrainer(
+        model=model, args=arguments, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
     )
+    return trainer, resume_from
+
+
+def train_on_examples(model, tokenizer, examples: list[dict], **settings):
+    """Train ``model`` in place on ``examples`` (``sft_trainer`` takes the settings); returns (metrics, trainer).
+
+    The caller saves the model (``save_trained``), which also discards the checkpoint folder.
+    """
+    trainer, resume_from = sft_trainer(model, tokenizer, examples, **settings)
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -245,7 +253,7 @@ def train_on_examples(
     metrics["num_examples"] = len(examples)
     metrics["resumed_from_checkpoint"] = resume_from
     metrics["global_step"] = trainer.state.global_step
-    metrics["processes"] = processes
+    metrics["processes"] = trainer.args.world_size
     return metrics, trainer
 
 

@@ -111,3 +111,26 @@ def smollm2() -> Path:
     from snakeskills.pretrained import packaged_model_folder
 
     return packaged_model_folder("smollm2-135m-instruct")
+
+
+def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_length: int, **settings) -> list[dict]:
+    """The rows TRL's SFTTrainer trains on (``input_ids``, ``labels``; packed rows with packing) for examples
+    (``prompt_ids``, ``completion``), built by the sft stage's own ``sft_trainer``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from snakeskills.training import sft_trainer
+
+    trainer, _ = sft_trainer(
+        AutoModelForCausalLM.from_pretrained(model_path),
+        AutoTokenizer.from_pretrained(model_path),
+        examples,
+        output_dir=workdir / "trainer",
+        run_identity={},
+        num_epochs=1,
+        learning_rate=1e-4,
+        batch_size=settings.pop("batch_size", 1),
+        seed=0,
+        max_length=max_length,
+        **settings,
+    )
+    return [trainer.train_dataset[index] for index in range(len(trainer.train_dataset))], trainer

@@ -13,6 +13,7 @@ import types
 
 import pytest
 import torch
+from conftest import sft_training_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
@@ -119,12 +120,12 @@ def vllm_prompt_token_ids(checkpoint, prompt) -> list[int]:
     return single["prompt_token_ids"]
 
 
-def test_sft_labels_cover_the_assistant_turn_and_its_eos_only(tokenizer):
+def test_sft_labels_cover_the_assistant_turn_and_its_eos_only(smollm2, tokenizer, tmp_path):
     prompt = chat_prompt()
     answer = "12 + 30 = 42. The answer is \\boxed{42}."
     messages = [*build_messages(prompt, {"problem": "12+30"}), {"role": "assistant", "content": answer}]
     example = to_prompt_completion({"id": "a", "messages": messages}, chat_template=True, tokenizer=tokenizer)
-    row = tokenize_prompt_completion(tokenizer, [example], max_length=512)[0]
+    (row,), _ = sft_training_rows(smollm2, [example], tmp_path, max_length=512)  # what SFTTrainer trains on
     prompt_ids = model_input_ids(prompt, {"problem": "12+30"}, tokenizer)
     assert row["input_ids"][: len(prompt_ids)] == prompt_ids
     assert row["labels"][: len(prompt_ids)] == [IGNORE_INDEX] * len(prompt_ids), "no prompt token is learned"

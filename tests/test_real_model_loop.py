@@ -14,11 +14,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_snakemake
+from conftest import REPO, run_snakemake, sft_training_rows
 from transformers import AutoTokenizer
 
 from snakeskills.sft import to_prompt_completion
-from snakeskills.training import IGNORE_INDEX, tokenize_prompt_completion
+from snakeskills.training import IGNORE_INDEX
 
 pytestmark = pytest.mark.slow
 
@@ -90,15 +90,16 @@ def test_most_rows_end_by_eos(real_run):
         assert all(row["num_generated_tokens"] <= 48 for row in generated)
 
 
-def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2):
+def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     start, eos = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.eos_token_id
     examples = rows(real_run / "sft/round1/data.jsonl")
     stats = json.loads((real_run / "sft/round1/stats.json").read_text())
     assert len(examples) == stats["kept"] >= 20
-    for record in examples:
-        example = to_prompt_completion(record, chat_template=True, tokenizer=tokenizer)
-        row = tokenize_prompt_completion(tokenizer, [example], max_length=256)[0]
+    prepared = [to_prompt_completion(record, chat_template=True, tokenizer=tokenizer) for record in examples]
+    trained, _ = sft_training_rows(smollm2, prepared, tmp_path, max_length=256)  # what SFTTrainer trains on
+    assert len(trained) == len(examples)
+    for record, example, row in zip(examples, prepared, trained, strict=True):
         prompt_length = len(example["prompt_ids"])
         assert row["input_ids"][0] == start and row["input_ids"][1] != start
         assert row["labels"][:prompt_length] == [IGNORE_INDEX] * prompt_length
