@@ -255,6 +255,7 @@ def base_model_folder():
 
 
 def base_model_path(wildcards):
+    """`base_model_folder` as a params function (a path written into params as a string fails `--lint`)."""
     return base_model_folder()
 
 

@@ -284,7 +284,6 @@ def launch_sft(arguments: dict, *, processes: int, on_cpu: bool, log_path: str |
     command += ["-m", "snakeskills.sft", json.dumps({**arguments, "processes": processes})]
     logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
     with open(log_path, "a", encoding="utf-8") as log:
-        log.flush()
         returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
     if returncode != 0:
         raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")

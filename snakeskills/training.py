@@ -297,7 +297,6 @@ def cast_saved_weights(folder: str | Path, dtype) -> None:
         save_file(tensors, str(path), metadata={"format": "pt"})
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
-    config["dtype" if "dtype" in config or "torch_dtype" not in config else "torch_dtype"] = str(dtype).removeprefix(
-        "torch."
-    )
+    key = "torch_dtype" if "torch_dtype" in config else "dtype"  # the name older transformers versions wrote
+    config[key] = str(dtype).removeprefix("torch.")
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -113,9 +113,9 @@ def smollm2() -> Path:
     return packaged_model_folder("smollm2-135m-instruct")
 
 
-def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_length: int, **settings) -> list[dict]:
+def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_length: int, **settings):
     """The rows TRL's SFTTrainer trains on (``input_ids``, ``labels``; packed rows with packing) for examples
-    (``prompt_ids``, ``completion``), built by the sft stage's own ``sft_trainer``."""
+    (``prompt_ids``, ``completion``), built by the sft stage's own ``sft_trainer``; returns (rows, trainer)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from snakeskills.training import sft_trainer
