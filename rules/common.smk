@@ -94,7 +94,8 @@ def check_config(config):
     if generation["backend"] == "openai":
         raise ValueError(
             "config key generation.backend is 'openai', which samples whatever model its server serves, not the "
-            "tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, judge.llm)"
+            "tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, judge.llm, and "
+            "the teacher, teacher.generation)"
         )
     if (
         generation["backend"] == "vllm"
@@ -111,11 +112,41 @@ def check_config(config):
             f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
             "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
         )
+    for key, section in generation_sections(config).items():
+        check_generation_section(section, key)
+    if config["teacher"] is not None:
+        check_teacher(config["teacher"], config["model"]["name"])
+
+
+def generation_sections(config):
+    """Every generation config section, by its config key: the student's, the LLM judge's, the teacher's."""
+    sections = {"generation": config["generation"]}
+    if config["judge"]["llm"] is not None:
+        sections["judge.llm.generation"] = config["judge"]["llm"]["generation"]
+    if config["teacher"] is not None:
+        sections["teacher.generation"] = config["teacher"]["generation"]
+    return sections
+
+
+def check_generation_section(generation, key):
     if generation["compile"] and generation["backend"] != "hf":
         raise ValueError(
-            f"config key generation.compile applies to the hf backend only, but generation.backend is "
-            f"{generation['backend']!r} (vllm compiles by itself unless generation.vllm.enforce_eager)"
+            f"config key {key}.compile applies to the hf backend only, but {key}.backend is "
+            f"{generation['backend']!r} (vllm compiles by itself unless {key}.vllm.enforce_eager)"
         )
+    if generation["backend"] == "openai" and "openai" not in generation:
+        raise ValueError(f"config key {key}.openai (base_url, model) is required when {key}.backend is openai")
+
+
+def check_teacher(teacher, student_name):
+    name = teacher["name"]
+    if name == student_name:
+        raise ValueError(
+            f"config keys teacher.name and model.name are both {name!r}: teacher and student would share results "
+            "paths; rename one"
+        )
+    if name.startswith("round"):
+        raise ValueError("config key teacher.name must not start with 'round' (reserved for tuned models)")
 
 
 check_config(config)
@@ -126,9 +157,9 @@ def check_model_paths(config):
     paths = {}
     if not config["model"]["build_tiny"]:
         paths["model.path"] = config["model"]["path"]
-    llm = config["judge"]["llm"]
-    if llm is not None and llm["generation"]["backend"] != "openai":
-        paths["judge.llm.model.path"] = llm["model"]["path"]
+    for key, served in (("judge.llm", config["judge"]["llm"]), ("teacher", config["teacher"])):
+        if served is not None and served["generation"]["backend"] != "openai":
+            paths[f"{key}.model.path"] = served["model"]["path"]
     for key, path in paths.items():
         if not path or not Path(path).is_dir():
             raise ValueError(
@@ -158,6 +189,10 @@ check_results_dir(RESULTS.absolute())
 BASE_MODEL = config["model"]["name"]
 TUNED_MODELS = [f"round{r}" for r in range(1, config["rounds"] + 1)]
 MODELS = [BASE_MODEL, *TUNED_MODELS]
+TEACHER = config["teacher"]["name"] if config["teacher"] is not None else None
+EVALUATED_TEACHER = TEACHER if TEACHER is not None and config["teacher"]["evaluate"] else None
+# the models compared on the eval split, in table order: the student before and after each round, the teacher
+EVAL_MODELS = MODELS + ([EVALUATED_TEACHER] if EVALUATED_TEACHER is not None else [])
 BENCHMARKS = list(config["benchmarks"])
 SEEDS = list(range(config["num_seeds"]))
 TRAIN_SEEDS = list(range(config["train_num_seeds"]))
@@ -199,19 +234,33 @@ wildcard_constraints:
 
 
 def parent_model(model):
-    """The model whose train-split generations become `model`'s SFT data."""
+    """The model `model` was trained after: the base model for round1, else the previous round."""
     round_number = int(model.removeprefix("round"))
     return BASE_MODEL if round_number == 1 else f"round{round_number - 1}"
 
 
 def sft_data_models(model):
-    """Models whose judged train generations feed `model`'s SFT data (sft.rounds_data).
+    """Models whose judged train generations feed `model`'s SFT data (sft.rounds_data, teacher.later_rounds).
 
-    replace: the previous round's only; accumulate: the base model's and every earlier round's.
+    replace: the previous round's only; accumulate: the base model's and every earlier round's. With a teacher,
+    the teacher takes the base model's place: round1 learns from it, later rounds from it, the student's own
+    rounds, or both (teacher.later_rounds).
     """
+    student = MODELS[: MODELS.index(model)]
     if config["sft"]["rounds_data"] == "replace":
-        return [parent_model(model)]
-    return MODELS[: MODELS.index(model)]
+        student = student[-1:]
+    if TEACHER is None:
+        return student
+    student = [name for name in student if name != BASE_MODEL]
+    later_rounds = config["teacher"]["later_rounds"]
+    if not student or later_rounds == "teacher":
+        return [TEACHER]
+    return student if later_rounds == "student" else [TEACHER, *student]
+
+
+def train_sampled_models():
+    """Every model that samples the train split: those whose generations feed some round's SFT data."""
+    return list(dict.fromkeys(name for model in TUNED_MODELS for name in sft_data_models(model)))
 
 
 SFT_METHOD = config["sft"]["method"]
@@ -260,17 +309,44 @@ def base_model_path(wildcards):
 
 
 def generation_model_path(wildcards):
-    """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model."""
+    """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model;
+    the teacher's own (teacher.model.path; none for an openai server)."""
+    if wildcards.model == TEACHER:
+        return config["teacher"]["model"]["path"]
     if wildcards.model != BASE_MODEL and SFT_METHOD == "full":
         return CHECKPOINT.format(model=wildcards.model)
     return base_model_folder()
 
 
 def generation_adapter_path(wildcards):
-    """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model or full."""
-    if wildcards.model == BASE_MODEL or SFT_METHOD == "full":
+    """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model, the teacher, or
+    full fine-tunes."""
+    if wildcards.model in (BASE_MODEL, TEACHER) or SFT_METHOD == "full":
         return None
     return ADAPTER.format(model=wildcards.model)
+
+
+def sampling_section(model):
+    """The config section that says how `model` samples: the teacher's own, or the student's (every other)."""
+    return config["teacher"] if model == TEACHER else config
+
+
+def generation_model_config(wildcards):
+    """model (name, dtype, trust_remote_code, ...) or teacher.model, for the generation settings file."""
+    return sampling_section(wildcards.model)["model"]
+
+
+def generation_config(wildcards):
+    """generation or teacher.generation (backend, sampling, ...), for the generation settings file."""
+    return sampling_section(wildcards.model)["generation"]
+
+
+TEACHER_PROMPT = resolve_prompt(config["teacher"]["prompt"]) if TEACHER is not None else None
+
+
+def generation_prompt(wildcards):
+    """The resolved prompt a model is sampled with: the teacher's own, or the student's."""
+    return TEACHER_PROMPT if wildcards.model == TEACHER else PROMPT
 
 
 def base_model_inputs():
@@ -292,15 +368,22 @@ def tiny_model_inputs(wildcards):
 
 
 def generation_model_inputs(wildcards):
-    """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint (full)."""
+    """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint (full);
+    none for the teacher (a local folder or a server)."""
+    if wildcards.model == TEACHER:
+        return []
     if wildcards.model != BASE_MODEL and SFT_METHOD == "full":
         return [CHECKPOINT.format(model=wildcards.model)]
     adapter = generation_adapter_path(wildcards)
     return base_model_inputs() + ([] if adapter is None else [adapter])
 
 
-def seeds_for_split(split):
-    return TRAIN_SEEDS if split == config["train_split"] else SEEDS
+def seeds_for(model, split):
+    """Random seeds a model samples a split with: train_num_seeds (teacher.train_num_seeds for the teacher) on
+    the train split, num_seeds on any other."""
+    if split != config["train_split"]:
+        return SEEDS
+    return list(range(config["teacher"]["train_num_seeds"])) if model == TEACHER else TRAIN_SEEDS
 
 
 def rule_judge_config():
@@ -338,8 +421,17 @@ def generation_env(generation):
     return f"../envs/generate-{generation['backend']}.yaml"
 
 
-GENERATION_ENV = generation_env(config["generation"])
-LLM_JUDGE_ENV = generation_env(config["judge"]["llm"]["generation"]) if config["judge"]["llm"] else GENERATION_ENV
+def generation_job_env(wildcards):
+    """The conda env of a model's generate jobs: its backend's (the teacher's may differ from the student's)."""
+    return generation_env(generation_config(wildcards))
+
+
+def generation_job_gpus(wildcards):
+    """GPUs of a model's generate jobs (its backend's; none for a teacher behind an openai server)."""
+    return generation_gpus(generation_config(wildcards))
+
+
+LLM_JUDGE_ENV = generation_env(config["judge"]["llm"]["generation"] if config["judge"]["llm"] else config["generation"])
 LLM_JUDGE_GPUS = generation_gpus(config["judge"]["llm"]["generation"]) if config["judge"]["llm"] else 0
 
 
@@ -362,23 +454,35 @@ def judged_seed_files(wildcards):
         model=wildcards.model,
         benchmark=wildcards.benchmark,
         split=wildcards.split,
-        seed=seeds_for_split(wildcards.split),
+        seed=seeds_for(wildcards.model, wildcards.split),
     )
+
+
+def sft_judged_runs(wildcards):
+    """(model, benchmark, seed) of every judged train-split seed file `wildcards.model`'s SFT data is made from."""
+    split = config["train_split"]
+    return [
+        (model, benchmark, seed)
+        for model in sft_data_models(wildcards.model)
+        for benchmark in config["train_benchmarks"]
+        for seed in seeds_for(model, split)
+    ]
 
 
 def sft_judged_files(wildcards):
-    return expand(
-        JUDGED,
-        model=sft_data_models(wildcards.model),
-        benchmark=config["train_benchmarks"],
-        split=config["train_split"],
-        seed=TRAIN_SEEDS,
-    )
+    """The judged seed files of `sft_judged_runs`, in the same order."""
+    split = config["train_split"]
+    return [JUDGED.format(model=m, benchmark=b, split=split, seed=seed) for m, b, seed in sft_judged_runs(wildcards)]
+
+
+def sft_data_sources(wildcards):
+    """The model that wrote each of `sft_judged_files` (an SFT example's `generated_by`)."""
+    return [model for model, _, _ in sft_judged_runs(wildcards)]
 
 
 def eval_runs():
     """(model, benchmark) pairs compared on the eval split, in table order."""
-    return [(model, benchmark) for model in MODELS for benchmark in BENCHMARKS]
+    return [(model, benchmark) for model in EVAL_MODELS for benchmark in BENCHMARKS]
 
 
 def eval_metrics_files(wildcards):
@@ -387,7 +491,7 @@ def eval_metrics_files(wildcards):
 
 def eval_judged_runs():
     """(model, benchmark, seed) of every judged seed file on the eval split, in plot order."""
-    return [(model, benchmark, seed) for model in MODELS for benchmark in BENCHMARKS for seed in SEEDS]
+    return [(model, benchmark, seed) for model in EVAL_MODELS for benchmark in BENCHMARKS for seed in SEEDS]
 
 
 def eval_judged_files(wildcards):
@@ -407,7 +511,7 @@ REPORT_PLOTS = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"]
 
 def all_targets():
     train_metrics = expand(
-        METRICS, model=[parent_model(m) for m in TUNED_MODELS], benchmark=config["train_benchmarks"], split=config["train_split"]
+        METRICS, model=train_sampled_models(), benchmark=config["train_benchmarks"], split=config["train_split"]
     )
     merged = expand(MERGED_MODEL, model=TUNED_MODELS) if SFT_METHOD == "lora" and config["sft"]["merge"] else []
     return [SUMMARY, SUMMARY_TABLE, *train_metrics, *expand(PLOT, plot=REPORT_PLOTS), *merged]

@@ -7,6 +7,7 @@ rule eval:
     params:
         runs=eval_runs(),
         base_model=BASE_MODEL,
+        teacher=EVALUATED_TEACHER,
     log:
         LOGS / "eval/summary.log",
     conda:

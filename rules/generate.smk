@@ -6,11 +6,11 @@ rule generation_settings:
         GENERATION_SETTINGS,
     params:
         split=lambda wildcards, input: input.split,
-        model=config["model"],
+        model=generation_model_config,
         model_path=generation_model_path,
         adapter_path=generation_adapter_path,
-        generation=config["generation"],
-        prompt=PROMPT,
+        generation=generation_config,
+        prompt=generation_prompt,
     log:
         LOGS / "settings/generate/{model}/{benchmark}/{split}.log",
     conda:
@@ -31,9 +31,9 @@ rule generate:
         LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     resources:
-        gpu=generation_gpus(config["generation"]),
+        gpu=generation_job_gpus,
     conda:
-        GENERATION_ENV
+        generation_job_env
     shell:
         "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
         " --threads {threads} --gpus {resources.gpu} --output {output:q} --log {log:q}"

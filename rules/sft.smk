@@ -9,6 +9,7 @@ rule sft_data:
     params:
         prompt=PROMPT,
         filters=config["sft"]["filters"],
+        sources=sft_data_sources,
         dataset_name=sft_dataset_name,
     log:
         LOGS / "sft_data/{model}.log",

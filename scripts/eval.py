@@ -6,6 +6,7 @@ with script_logging(snakemake.log[0]) as logger:
         runs=snakemake.params.runs,
         metrics_paths=list(snakemake.input),
         base_model=snakemake.params.base_model,
+        teacher=snakemake.params.teacher,
         summary_path=snakemake.output.summary,
         table_path=snakemake.output.table,
     )

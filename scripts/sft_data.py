@@ -4,6 +4,7 @@ from snakeskills.workflow import script_logging
 with script_logging(snakemake.log[0]) as logger:
     counts = write_sft_dataset(
         list(snakemake.input),
+        snakemake.params.sources,
         snakemake.params.prompt,
         snakemake.params.filters,
         snakemake.output.data,

@@ -41,14 +41,24 @@ def is_correct(row: dict, score: str, where: str) -> bool:
     return all(verdicts)
 
 
-def select_sft_records(judged_paths: list[str | Path], prompt_config: dict, filters: dict) -> tuple[list[dict], dict]:
+def select_sft_records(
+    judged_paths: list[str | Path], sources: list[str], prompt_config: dict, filters: dict
+) -> tuple[list[dict], dict]:
     """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations; returns (records,
-    counts per filter)."""
+    counts per filter, and the kept examples per source).
+
+    ``sources`` names the model that wrote each judged file (a teacher, the base model, a round): it becomes each
+    example's ``generated_by``. The generation is kept as text; ``prompt_config`` is the student's prompt, so the
+    example is what the student is asked, answered by whichever model wrote the generation.
+    """
+    if len(sources) != len(judged_paths):
+        raise SnakeskillsError(f"{len(judged_paths)} judged files but {len(sources)} sources naming their models")
     counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
     seen = set()
     kept_per_problem: dict[str, int] = {}
+    kept_by_source = dict.fromkeys(sources, 0)
     records = []
-    for path in judged_paths:
+    for path, source in zip(judged_paths, sources, strict=True):
         for row_number, row in enumerate(iter_jsonl(path), start=1):
             counts["judged"] += 1
             if filters["correct_only"] and not is_correct(row, filters["score"], f"{path}: row {row_number}"):
@@ -77,16 +87,19 @@ def select_sft_records(judged_paths: list[str | Path], prompt_config: dict, filt
                     "id": row["id"],
                     "problem": row["problem"],
                     "expected_answer": row["expected_answer"],
+                    "generated_by": source,
                     "messages": messages,
                 }
             )
+            kept_by_source[source] += 1
     counts["kept"] = len(records)
     counts["problems_covered"] = len(kept_per_problem)
+    counts["kept_by_source"] = kept_by_source
     return records, counts
 
 
-def write_sft_dataset(judged_paths, prompt_config, filters, output_path, stats_path) -> dict:
-    records, counts = select_sft_records(judged_paths, prompt_config, filters)
+def write_sft_dataset(judged_paths, sources, prompt_config, filters, output_path, stats_path) -> dict:
+    records, counts = select_sft_records(judged_paths, sources, prompt_config, filters)
     if not records:
         raise SnakeskillsError(
             f"no SFT examples survived the filters ({counts}); the model solved none of the training problems "

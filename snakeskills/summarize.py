@@ -229,7 +229,9 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
     return [header, *rows]
 
 
-def format_comparison(summary: dict[str, dict], base_model: str) -> str:
+def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | None = None) -> str:
+    """The eval table, then each model's gain over the base model; with a ``teacher`` in the summary, also the
+    share of the teacher's lead over the base model that each tuned round closed."""
     rows = comparison_rows(summary)
     widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
     lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
@@ -240,16 +242,21 @@ def format_comparison(summary: dict[str, dict], base_model: str) -> str:
             continue
         for benchmark, metrics in benchmarks.items():
             mode = headline_modes(metrics)[0]
-            base_metrics = summary[base_model][benchmark][mode]
-            delta = metrics[mode]["symbolic_correct"] - base_metrics["symbolic_correct"]
-            gains.append(f"{model} vs {base_model} on {benchmark}: {mode} symbolic_correct {delta:+.2f} points")
+            base_score = summary[base_model][benchmark][mode]["symbolic_correct"]
+            delta = metrics[mode]["symbolic_correct"] - base_score
+            gain = f"{model} vs {base_model} on {benchmark}: {mode} symbolic_correct {delta:+.2f} points"
+            if teacher is not None and model != teacher:
+                lead = summary[teacher][benchmark][mode]["symbolic_correct"] - base_score
+                if lead > 0:
+                    gain += f" ({100 * delta / lead:.0f}% of the teacher's {lead:+.2f})"
+            gains.append(gain)
     title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
     if not any(cell.endswith(" judge") for cell in rows[0]):
         title = "symbolic_correct by model (eval split)"
     return "\n".join([title, *lines, "", *gains]) + "\n"
 
 
-def write_comparison(*, runs, metrics_paths, base_model: str, summary_path, table_path) -> str:
+def write_comparison(*, runs, metrics_paths, base_model: str, teacher: str | None, summary_path, table_path) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``."""
     from snakeskills.io import read_json, write_json, write_text
 
@@ -259,7 +266,7 @@ def write_comparison(*, runs, metrics_paths, base_model: str, summary_path, tabl
         if benchmark not in metrics:
             raise SnakeskillsError(f"{path}: has no entry for benchmark {benchmark!r}")
         summary.setdefault(model, {})[benchmark] = metrics[benchmark]
-    table = format_comparison(summary, base_model)
+    table = format_comparison(summary, base_model, teacher)
     write_json(summary_path, summary)
     write_text(table_path, table)
     return table
