@@ -100,8 +100,15 @@ def test_shared_pins_agree_across_envs():
 RULE_ENVS = """
 import json, sys
 from pathlib import Path
+from types import SimpleNamespace
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+
+
+def env_of(rule, model):
+    # a conda env given as a function of the wildcards (generate: the model's backend), for `model`
+    return rule.conda_env(SimpleNamespace(model=model)) if callable(rule.conda_env) else rule.conda_env
+
 
 snakefile, configfile, workdir = map(Path, sys.argv[1:4])
 with SnakemakeApi(OutputSettings()) as api:
@@ -114,7 +121,8 @@ with SnakemakeApi(OutputSettings()) as api:
     )._workflow
     rules = {
         rule.name: {
-            "conda": rule.conda_env,
+            "conda": env_of(rule, "base"),
+            "teacher_conda": env_of(rule, "teacher"),
             "snakefile": str(rule.snakefile),
             "runs": bool(rule.script or rule.shellcmd),
             "shellcmd": rule.shellcmd,
@@ -127,7 +135,7 @@ print("RULES " + json.dumps(rules))
 
 
 def rule_envs(tmp_path: Path, mutate) -> dict[str, dict]:
-    """{rule: {conda, snakefile, runs, shellcmd, param_types}} of the workflow loaded (not run) on the
+    """{rule: {conda, teacher_conda, snakefile, runs, shellcmd, param_types}} of the workflow loaded (not run) on the
     default config after ``mutate``."""
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     mutate(config)
@@ -167,6 +175,21 @@ VARIANTS = {
     ),
     "openai-judge": (llm_judge_on("openai"), {"generate": "generate-hf", "llm_judge": "generate-openai"}),
 }
+
+
+def test_a_teachers_generate_jobs_use_its_backends_env(tmp_path):
+    def mutate(config):
+        config["teacher"] = {
+            "generation": {
+                "backend": "openai",
+                "openai": {"base_url": "http://localhost:8000/v1", "model": "teacher"},
+                "sampling": {"max_new_tokens": 8},
+            },
+            "prompt": {"user": "{problem}="},
+        }
+
+    generate = rule_envs(tmp_path, mutate)["generate"]
+    assert (Path(generate["conda"]).stem, Path(generate["teacher_conda"]).stem) == ("generate-hf", "generate-openai")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
