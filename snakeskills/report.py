@@ -213,18 +213,16 @@ def plot_sft_examples(stats: dict[str, dict], output_path: str | Path) -> None:
     figure, (axis,) = _figure(1, panel_width=max(4.8, 1.1 * len(rounds) + 3.5))
     positions = range(len(rounds))
     kept = [stats[model]["kept"] for model in rounds]
-    # kept examples by the model that wrote them (a teacher, the student's rounds), when there is more than one
-    sources = list(dict.fromkeys(source for model in rounds for source in stats[model].get("kept_by_source", {})))
-    if len(sources) > 1:
-        greens = colormaps["Greens"]
-        bottom = [0] * len(rounds)
-        for index, source in enumerate(sources):
-            counts = [stats[model]["kept_by_source"].get(source, 0) for model in rounds]
-            color = greens(0.85 - 0.5 * index / (len(sources) - 1))
-            axis.bar(positions, counts, bottom=bottom, color=color, label=f"kept: by {source}")
-            bottom = [base + count for base, count in zip(bottom, counts, strict=True)]
-    else:
-        axis.bar(positions, kept, color="tab:green", label="kept")
+    # kept examples by the model that wrote them (a teacher, the base model, the student's rounds)
+    sources = list(dict.fromkeys(source for model in rounds for source in stats[model]["kept_by_source"]))
+    greens = colormaps["Greens"]
+    bottom = [0] * len(rounds)
+    for index, source in enumerate(sources):
+        counts = [stats[model]["kept_by_source"].get(source, 0) for model in rounds]
+        label = f"kept: by {source}" if len(sources) > 1 else "kept"
+        color = greens(0.85 - 0.5 * index / max(1, len(sources) - 1))
+        axis.bar(positions, counts, bottom=bottom, color=color, label=label)
+        bottom = [base + count for base, count in zip(bottom, counts, strict=True)]
     bottom = list(kept)
     palette = colormaps["Greys"]
     for index, reason in enumerate(SFT_DROP_REASONS):

@@ -297,6 +297,7 @@ def cast_saved_weights(folder: str | Path, dtype) -> None:
         save_file(tensors, str(path), metadata={"format": "pt"})
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
-    key = "torch_dtype" if "torch_dtype" in config else "dtype"  # the name older transformers versions wrote
-    config[key] = str(dtype).removeprefix("torch.")
+    # "torch_dtype" is the name older transformers versions wrote; a config with both keys gets both
+    for key in [key for key in ("dtype", "torch_dtype") if key in config] or ["dtype"]:
+        config[key] = str(dtype).removeprefix("torch.")
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -224,6 +224,7 @@ def test_plots_are_written_as_png(tmp_path):
             "duplicate": 3,
             "kept": 8,
             "problems_covered": 6,
+            "kept_by_source": {"base": 8},
         },
         "round2": {
             "judged": 40,
@@ -233,6 +234,7 @@ def test_plots_are_written_as_png(tmp_path):
             "duplicate": 12,
             "kept": 18,
             "problems_covered": 9,
+            "kept_by_source": {"base": 8, "round1": 10},
         },
     }
     outputs = {name: tmp_path / f"{name}.png" for name in PLOTS}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, dry_run_counts, planned_jobs, run_snakemake, shrunk_default_config, write_config
+from conftest import DEFAULT_CONFIG, planned_jobs, run_snakemake, shrunk_default_config, write_config
 
 from snakeskills.summarize import format_comparison
 
@@ -120,12 +120,6 @@ def test_teacher_jobs_use_its_backend_settings_and_no_gpu(tmp_path):
         assert f"--gpus {0 if model == 'teacher' else 1} " in block
 
 
-def test_a_teacher_leaves_a_run_without_one_unchanged(tmp_path):
-    """Without a teacher key the plan is the one it always was: the base model samples the train split."""
-    counts = dry_run_counts(tmp_path, "--config", "num_chunks=1", "num_seeds=2", "train_num_seeds=2")
-    assert counts["generate"] == 2 + 2 * 2
-
-
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
@@ -219,23 +213,13 @@ def arithmetic_teacher(smollm2) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     data = folder.parent / f".{folder.name}.jsonl"
     write_jsonl(data, examples)
-    training = {
-        **TEACHER_RECIPE["training"],
-        "weight_decay": 0.0,
-        "warmup_steps": 0.0,
-        "checkpoint_steps": 0,
-        "gradient_accumulation_steps": 1,
-        "gradient_checkpointing": False,
-        "bf16": "auto",
-        "packing": False,
-    }
     train_sft(
         method="full",
         base_model_path=str(smollm2),
         sft_data_path=data,
         output_dir=folder,
         lora=None,
-        training=training,
+        training=TEACHER_RECIPE["training"],
         chat_template=True,
         seed=0,
         threads=os.cpu_count(),
