@@ -5,7 +5,7 @@ rule eval:
         summary=SUMMARY,
         table=SUMMARY_TABLE,
     params:
-        runs=eval_runs(),
+        runs=PLAN.eval_runs(),
         base_model=BASE_MODEL,
         teacher=EVALUATED_TEACHER,
     log:

@@ -41,7 +41,7 @@ rule llm_judge:
         LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     resources:
-        gpu=LLM_JUDGE_GPUS,
+        gpu=llm_judge_gpus,
     conda:
         LLM_JUDGE_ENV
     shell:

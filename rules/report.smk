@@ -48,7 +48,7 @@ rule plot_generation_lengths:
             labels={"plot": "generation lengths"},
         ),
     params:
-        runs=eval_judged_runs(),
+        runs=PLAN.eval_judged_runs(),
     log:
         LOGS / "report/generation_lengths.log",
     conda:

@@ -23,14 +23,14 @@ rule sft_data:
 rule sft:
     input:
         data=SFT_DATA,
-        model=base_model_inputs(),
+        model=PLAN.base_model_inputs(),
         init=sft_init,
     output:
         tuned=directory(SFT_OUTPUT),
     params:
         model_path=base_model_path,
         model=config["model"],
-        sft=sft_training_config(),
+        sft=sft_training_config,
         chat_template=config["prompt"]["chat_template"],
     log:
         LOGS / "sft/{model}.log",
@@ -38,7 +38,7 @@ rule sft:
         model=r"round\d+",
     threads: workflow.cores
     resources:
-        gpu=SFT_GPUS,
+        gpu=sft_gpus,
     conda:
         "../envs/training.yaml"
     script:
@@ -48,7 +48,7 @@ rule sft:
 rule merge_adapter:
     input:
         adapter=ADAPTER,
-        model=base_model_inputs(),
+        model=PLAN.base_model_inputs(),
     output:
         merged=directory(MERGED_MODEL),
     params:

@@ -41,12 +41,11 @@ def parse_wildcards(text: str) -> dict[str, str]:
 
 
 def claim_gpus_for(generation: dict, gpus: int) -> None:
-    """The job's GPUs (its rule's gpu resource), unless the config pins one (hf device cuda:N)."""
+    """The job's GPUs (its rule's gpu resource); the one the config pins (hf device cuda:N) if it pins one."""
+    from snakeskills.backends.specs import pinned_device
     from snakeskills.gpus import claim_job_gpus
 
-    if generation["backend"] == "hf" and generation["device"].startswith("cuda:"):
-        return
-    claim_job_gpus(gpus)
+    claim_job_gpus(gpus, pinned=pinned_device(generation))
 
 
 def run_generate(arguments: argparse.Namespace) -> None:

@@ -42,31 +42,11 @@ def node_gpus() -> list[str]:
     return [str(index) for index, line in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
 
 
-def generation_gpus(generation: dict) -> int:
-    """GPUs one job of a ``generation`` config section uses: vllm's tensor_parallel_size, one for hf unless its
-    device is cpu, none for openai (a server does the work)."""
-    backend = generation["backend"]
-    if backend == "openai":
-        return 0
-    if backend == "vllm":
-        return generation["vllm"]["tensor_parallel_size"]
-    return 0 if generation["device"] == "cpu" else 1
-
-
-def training_gpus(sft: dict, generation: dict) -> int:
-    """GPUs of the sft job: sft.gpus, else one, unless the run is set to CPU (hf generation on device cpu)."""
-    if sft["gpus"] is not None:
-        return sft["gpus"]
-    return 0 if generation["backend"] == "hf" and generation["device"] == "cpu" else 1
-
-
-def training_processes(sft: dict, gpus: int) -> int:
-    """Training processes of the sft job: sft.processes, else one per GPU it has (one on CPU)."""
-    return sft["processes"] or max(gpus, 1)
-
-
-def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> list[str]:
+def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pinned: int | None = None) -> list[str]:
     """Claim ``count`` GPUs for this job and make them the only ones it sees; returns them.
+
+    ``pinned``: the config names one device (hf ``device: cuda:N``, N an index among the visible GPUs): that
+    GPU's claim is taken, and the job keeps seeing the devices it saw, so ``cuda:N`` still names it.
 
     In a SLURM job whose allocation set ``CUDA_VISIBLE_DEVICES``, or on a machine without GPUs, nothing
     changes. ``count`` 0 hides the node's GPUs from the job. Otherwise waits until ``count`` of the node's
@@ -86,12 +66,19 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> 
             f"this job declares gpu={count} but the node has {len(devices)} GPU(s) ({','.join(devices)}): "
             "lower generation.vllm.tensor_parallel_size or run it where more GPUs are visible"
         )
+    candidates = devices
+    if pinned is not None:
+        if pinned >= len(devices):
+            raise SnakeskillsError(
+                f"generation.device is cuda:{pinned} but the node has {len(devices)} GPU(s) ({','.join(devices)})"
+            )
+        candidates = [devices[pinned]]
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     waited_since = time.monotonic()
     while True:
         claimed = []
-        for device in devices:
+        for device in candidates:
             lock = open(folder / f"gpu-{device}.lock", "a")  # noqa: SIM115 - held open for the process's life
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -104,7 +91,8 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> 
         if len(claimed) == count:
             _held.extend(lock for _, lock in claimed)
             chosen = [device for device, _ in claimed]
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+            if pinned is None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
             logger.info("claimed GPU(s) %s of %s", ",".join(chosen), ",".join(devices))
             return chosen
         for _, lock in claimed:
@@ -115,8 +103,8 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0) -> 
         time.sleep(poll_seconds)
 
 
-def claim_job_gpus(count: int) -> list[str]:
+def claim_job_gpus(count: int, pinned: int | None = None) -> list[str]:
     """``claim_gpus`` with the lock files in this user's private runtime folder (see model_server)."""
     from snakeskills.backends.model_server import default_directory, private_directory
 
-    return claim_gpus(count, private_directory(default_directory()) / "gpus")
+    return claim_gpus(count, private_directory(default_directory()) / "gpus", pinned=pinned)

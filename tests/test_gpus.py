@@ -17,7 +17,7 @@ from conftest import run_snakemake, shrunk_default_config, write_config
 
 from snakeskills import gpus
 from snakeskills.errors import SnakeskillsError
-from snakeskills.gpus import claim_gpus, generation_gpus, node_gpus, training_gpus, training_processes
+from snakeskills.gpus import claim_gpus, node_gpus
 
 RESULTS = "results/gpus"
 
@@ -39,22 +39,6 @@ def fake_nvidia_smi(folder: Path, count: int) -> Path:
     script.write_text(f"#!/bin/sh\n{lines}")
     script.chmod(0o755)
     return folder
-
-
-def test_declared_gpus_follow_the_backend():
-    hf = {"backend": "hf", "device": "auto"}
-    assert generation_gpus(hf) == 1
-    assert generation_gpus({**hf, "device": "cpu"}) == 0
-    assert generation_gpus({**hf, "device": "cuda:1"}) == 1
-    assert generation_gpus({"backend": "vllm", "vllm": {"tensor_parallel_size": 4}}) == 4
-    assert generation_gpus({"backend": "openai"}) == 0
-    automatic = {"gpus": None, "processes": None}
-    assert training_gpus(automatic, hf) == 1
-    assert training_gpus(automatic, {**hf, "device": "cpu"}) == 0
-    assert training_gpus({**automatic, "gpus": 4}, hf) == 4
-    assert training_processes(automatic, 4) == 4, "one training process per GPU"
-    assert training_processes(automatic, 0) == 1
-    assert training_processes({**automatic, "processes": 2}, 0) == 2, "CPU processes"
 
 
 def test_node_gpus_from_visible_devices_or_nvidia_smi(monkeypatch, tmp_path):

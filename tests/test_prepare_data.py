@@ -305,14 +305,6 @@ def planned_jobs(workdir: Path, target: str, configfile: Path) -> dict[str, int]
     return job_counts(process.stdout + process.stderr)
 
 
-def test_unknown_preset_stops_the_workflow_naming_the_key(tmp_path):
-    process = run_snakemake(tmp_path, "--dry-run", "--config", "benchmarks={gsm8k: {preset: gsm9k}}")
-    output = process.stdout + process.stderr
-    assert process.returncode != 0
-    assert "config key benchmarks.gsm8k.preset: unknown preset 'gsm9k'" in output
-    assert "known presets: aime24, aime25, gsm8k, math-500" in output
-
-
 def test_gsm8k_preset_on_a_local_folder_through_snakemake(offline_hf, tmp_path):
     folder = WRITERS["gsm8k"](tmp_path / "datasets/gsm8k")
     configfile = write_config(tmp_path, {"gsm8k": {"preset": "gsm8k", "hf": {"path": str(folder)}}})

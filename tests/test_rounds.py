@@ -52,59 +52,6 @@ GENERATION_SETTINGS = "results/rounds/settings/generate/{model}/{benchmark}/{spl
 # ---------------------------------------------------------------- rounds in the DAG (dry runs)
 
 
-def test_replace_reads_the_previous_round_and_accumulate_all_before(tmp_path):
-    replace = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3))
-    assert judged_models(job_inputs(replace, "sft_data", "round1")) == ["base"]
-    assert judged_models(job_inputs(replace, "sft_data", "round2")) == ["round1"]
-    assert judged_models(job_inputs(replace, "sft_data", "round3")) == ["round2"]
-
-    accumulate = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3, rounds_data="accumulate"))
-    assert judged_models(job_inputs(accumulate, "sft_data", "round1")) == ["base"]
-    assert judged_models(job_inputs(accumulate, "sft_data", "round2")) == ["base", "round1"]
-    assert judged_models(job_inputs(accumulate, "sft_data", "round3")) == ["base", "round1", "round2"]
-    # every train seed of every earlier model: 3 models x 2 seeds
-    assert len(job_inputs(accumulate, "sft_data", "round3")) == 3 * 2
-
-
-def test_continue_trains_from_the_previous_adapter(tmp_path):
-    def adapters(jobs, model):
-        return [path for path in job_inputs(jobs, "sft", model) if path.endswith("/adapter")]
-
-    fresh = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3))
-    assert adapters(fresh, "round1") == adapters(fresh, "round2") == adapters(fresh, "round3") == []
-
-    continued = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3, init="continue"))
-    assert adapters(continued, "round1") == []
-    assert adapters(continued, "round2") == ["results/rounds/models/round1/adapter"]
-    assert adapters(continued, "round3") == ["results/rounds/models/round2/adapter"]
-    # round r generates its successor's data with its own adapter (named by its generation settings)
-    settings = [
-        job for job in continued if job["rule"] == "generation_settings" and job["wildcards"]["model"] == "round2"
-    ]
-    assert settings and all("results/rounds/models/round2/adapter" in job["input"] for job in settings)
-    generate = [job for job in continued if job["rule"] == "generate" and job["wildcards"]["model"] == "round2"]
-    assert generate and all(job["input"] == [GENERATION_SETTINGS.format(**job["wildcards"])] for job in generate)
-
-
-def test_full_fine_tuning_writes_checkpoints_that_later_rounds_generate_with(tmp_path):
-    jobs = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=3, init="continue", method="full"))
-    base = "results/rounds/models/base/checkpoint"
-    assert job_inputs(jobs, "sft", "round1") == ["results/rounds/sft/round1/data.jsonl", base]
-    assert job_inputs(jobs, "sft", "round3") == [
-        "results/rounds/sft/round3/data.jsonl",
-        base,
-        "results/rounds/models/round2/checkpoint",
-    ]
-    assert not [path for job in jobs for path in job["input"] if "/adapter" in path]
-    for model in ("round1", "round2", "round3"):
-        settings = [job for job in jobs if job["rule"] == "generation_settings" and job["wildcards"]["model"] == model]
-        assert settings and all(
-            job["input"][1:] == [f"results/rounds/models/{model}/checkpoint"] for job in settings
-        ), settings
-    fresh = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=2, method="full", name="fresh.yaml"))
-    assert job_inputs(fresh, "sft", "round2") == ["results/rounds/sft/round2/data.jsonl", base]
-
-
 def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):
     counts = dry_run_counts(tmp_path, configfile=rounds_config(tmp_path, rounds=2))
     for plot in PLOTS:
@@ -114,17 +61,6 @@ def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):
     assert sft_examples["input"] == ["results/rounds/sft/round1/stats.json", "results/rounds/sft/round2/stats.json"]
     (lengths,) = [job for job in jobs if job["rule"] == "plot_generation_lengths"]
     assert len(lengths["input"]) == 3 * 2  # base, round1, round2 on the test split, 2 seeds
-
-
-@pytest.mark.parametrize("key", ["rounds_data", "init"])
-def test_unknown_round_setting_names_the_key(tmp_path, key):
-    configfile = rounds_config(tmp_path)
-    config = yaml.safe_load(configfile.read_text())
-    config["sft"][key] = "sometimes"
-    configfile.write_text(yaml.safe_dump(config))
-    process = run_snakemake(tmp_path, "--dry-run", configfile=configfile)
-    assert process.returncode != 0
-    assert "sometimes" in process.stdout + process.stderr
 
 
 def _plan_example(tmp_path, name, model_folder):

@@ -1,0 +1,92 @@
+"""What each generation backend needs from the plan, in one place: GPUs per job, conda env, a local model,
+adapter support, and its plan-time checks.
+
+``rules/common.smk`` (through ``snakeskills.plan``), ``snakeskills.gpus`` and ``snakeskills.cli`` ask a
+backend's spec instead of testing its name; ``snakeskills.backends.build_backend`` builds it. A generation
+config section (``generation``, ``teacher.generation``, ``judge.llm.generation``) names its backend in
+``backend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from snakeskills.errors import SnakeskillsError
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    # loads a checkpoint folder itself (model.path), so the plan checks the folder and waits for built models
+    needs_local_model: bool
+    # can generate with a LoRA adapter on the base model (a tuned round of sft.method lora)
+    supports_adapters: bool
+    # GPUs one job of a section uses; ``gpus_available``: whether the job's node has GPUs (hf device auto)
+    job_gpus: Callable[[dict, bool], int]
+    # plan-time checks of a section at its config key (e.g. "teacher.generation")
+    check: Callable[[dict, str], None]
+
+    @property
+    def conda_env(self) -> str:
+        """The conda env file of its jobs (``--sdm conda``), relative to rules/."""
+        return f"../envs/generate-{self.name}.yaml"
+
+
+def _hf_gpus(generation: dict, gpus_available: bool) -> int:
+    device = generation["device"]
+    if device == "cpu":
+        return 0
+    if device == "auto":
+        return 1 if gpus_available else 0
+    return 1  # cuda or cuda:N
+
+
+def pinned_device(generation: dict) -> int | None:
+    """The device index an hf section pins (``device: cuda:N``), else None (the job claims any free GPU)."""
+    if generation["backend"] != "hf" or not generation["device"].startswith("cuda:"):
+        return None
+    return int(generation["device"].removeprefix("cuda:"))
+
+
+def _check_hf(generation: dict, key: str) -> None:
+    device = generation["device"]
+    if device not in ("auto", "cpu", "cuda") and not (
+        device.startswith("cuda:") and device.removeprefix("cuda:").isdigit()
+    ):
+        raise SnakeskillsError(f"config key {key}.device is {device!r}; use auto, cpu, cuda or cuda:N")
+
+
+def _check_not_hf(generation: dict, key: str) -> None:
+    if generation["compile"]:
+        raise SnakeskillsError(
+            f"config key {key}.compile applies to the hf backend only, but {key}.backend is "
+            f"{generation['backend']!r} (vllm compiles by itself unless {key}.vllm.enforce_eager)"
+        )
+
+
+def _check_openai(generation: dict, key: str) -> None:
+    _check_not_hf(generation, key)
+    if "openai" not in generation:
+        raise SnakeskillsError(f"config key {key}.openai (base_url, model) is required when {key}.backend is openai")
+
+
+BACKENDS = {
+    "hf": BackendSpec("hf", needs_local_model=True, supports_adapters=True, job_gpus=_hf_gpus, check=_check_hf),
+    "vllm": BackendSpec(
+        "vllm",
+        needs_local_model=True,
+        supports_adapters=True,
+        job_gpus=lambda generation, _: generation["vllm"]["tensor_parallel_size"],
+        check=_check_not_hf,
+    ),
+    # a server (a vLLM server, transformers serve, an API) does the work: no local model, GPU or adapter
+    "openai": BackendSpec(
+        "openai", needs_local_model=False, supports_adapters=False, job_gpus=lambda *_: 0, check=_check_openai
+    ),
+}
+
+
+def backend_spec(generation: dict) -> BackendSpec:
+    """The spec of the backend a generation config section names."""
+    return BACKENDS[generation["backend"]]

@@ -1,0 +1,452 @@
+"""The plan: config checks and every decision the workflow's DAG is built from, as plain functions.
+
+``rules/common.smk`` validates the config against ``config/schema.yaml`` (``prepare_config``), runs
+``check_config``, builds one ``Plan`` and keeps one-line input functions that call it. Everything here is
+testable without Snakemake (tests/test_plan.py): which models exist, which samples feed each round's SFT,
+how many seeds each model draws on each split, what a model generates with, each job's GPUs and conda env.
+Mistakes raise ``SnakeskillsError`` naming the config key, before any job runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from snakeskills.backends.specs import backend_spec
+from snakeskills.data.prepare import apply_presets, check_benchmark_specs, check_splits
+from snakeskills.errors import SnakeskillsError
+
+SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+def prepare_config(config: dict) -> None:
+    """Apply benchmark presets, validate ``config`` against the schema and fill its defaults, in place."""
+    from snakemake.utils import validate
+
+    if "benchmarks" in config:
+        config["benchmarks"] = apply_presets(config["benchmarks"])
+    validate(config, schema=str(SCHEMA))
+    check_benchmark_specs(config["benchmarks"])
+
+
+# ---------------------------------------------------------------- checks
+
+
+def generation_sections(config: dict) -> dict[str, dict]:
+    """Every generation config section, by its config key: the student's, the LLM judge's, the teacher's."""
+    sections = {"generation": config["generation"]}
+    if config["judge"]["llm"] is not None:
+        sections["judge.llm.generation"] = config["judge"]["llm"]["generation"]
+    if config["teacher"] is not None:
+        sections["teacher.generation"] = config["teacher"]["generation"]
+    return sections
+
+
+def check_config(config: dict, *, gpus_available: bool) -> None:
+    """Cross-key checks the JSON schema cannot express; each names the key at fault.
+
+    ``gpus_available``: whether the planning node sees GPUs (decides hf ``device: auto``'s GPU count)."""
+    model = config["model"]
+    if not model["build_tiny"] and not model["path"]:
+        raise SnakeskillsError("config key model.path is required when model.build_tiny is false")
+    for name in config["train_benchmarks"]:
+        if name not in config["benchmarks"]:
+            raise SnakeskillsError(f"config key train_benchmarks names {name!r}, which is not in benchmarks")
+    if model["build_tiny"]:
+        if config.get("tiny_model") is None:
+            raise SnakeskillsError("config key tiny_model is required when model.build_tiny is true")
+        if config["tiny_model"]["bootstrap_benchmark"] not in config["benchmarks"]:
+            raise SnakeskillsError("config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks")
+    check_model_name(model["name"], "model.name")
+    _check_splits(config)
+    if config["judge"]["regex"] is not None:
+        try:
+            re.compile(config["judge"]["regex"])
+        except re.error as error:
+            raise SnakeskillsError(
+                f"config key judge.regex: {config['judge']['regex']!r} does not compile: {error}"
+            ) from None
+    for key, section in generation_sections(config).items():
+        backend_spec(section).check(section, key)
+    _check_student_backend(config)
+    _check_sft(config, gpus_available)
+    if config["teacher"] is not None:
+        check_model_name(config["teacher"]["name"], "teacher.name")
+        if config["teacher"]["name"] == model["name"]:
+            raise SnakeskillsError(
+                f"config keys teacher.name and model.name are both {model['name']!r}: teacher and student would "
+                "share results paths; rename one"
+            )
+
+
+def check_model_name(name: str, key: str) -> None:
+    if name.startswith("round"):
+        raise SnakeskillsError(f"config key {key} must not start with 'round' (reserved for tuned models)")
+
+
+def _check_splits(config: dict) -> None:
+    required = {name: [(config["eval_split"], "eval_split")] for name in config["benchmarks"]}
+    for name in config["train_benchmarks"]:
+        required[name].append((config["train_split"], "train_split"))
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"]
+        for key in ("bootstrap_split", "validation_split"):
+            required[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
+    check_splits(config["benchmarks"], required)
+    if config["eval_split"] == config["train_split"]:
+        raise SnakeskillsError(
+            f"config keys eval_split and train_split are both {config['eval_split']!r}: the evaluation would "
+            "measure the problems the model was trained on; give a held-out split"
+        )
+
+
+def _check_student_backend(config: dict) -> None:
+    generation, sft = config["generation"], config["sft"]
+    if not backend_spec(generation).supports_adapters:
+        raise SnakeskillsError(
+            f"config key generation.backend is {generation['backend']!r}, which samples whatever model its server "
+            "serves, not the tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, "
+            "judge.llm, and the teacher, teacher.generation)"
+        )
+    lora_rank = sft["lora"]["r"] if sft["method"] == "lora" and "lora" in sft else 0
+    if generation["backend"] == "vllm" and lora_rank > generation["vllm"]["max_lora_rank"]:
+        raise SnakeskillsError(
+            f"config key sft.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
+            f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
+        )
+
+
+def check_batch_divides(batch_size: int, processes: int, accumulation: int, section: str) -> None:
+    """``{section}.batch_size`` must split evenly over processes x gradient accumulation steps."""
+    if batch_size % (processes * accumulation):
+        by_processes = f"the {processes} training processes (sft.processes / sft.gpus) x " if processes > 1 else ""
+        raise SnakeskillsError(
+            f"config key {section}.batch_size ({batch_size}) must be a multiple of {by_processes}{accumulation} "
+            f"{section}.gradient_accumulation_steps: each forward pass takes an equal share"
+        )
+
+
+def _check_sft(config: dict, gpus_available: bool) -> None:
+    sft = config["sft"]
+    if sft["method"] == "lora" and "lora" not in sft:
+        raise SnakeskillsError("config key sft.lora (r, alpha) is required when sft.method is lora")
+    if sft["method"] == "full" and sft["merge"]:
+        raise SnakeskillsError(
+            "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
+            "writes each round's full checkpoint (models/round{r}/checkpoint)"
+        )
+    gpus = training_gpus(config, gpus_available)
+    processes = training_processes(config, gpus_available)
+    if gpus > 0 and processes != gpus:
+        raise SnakeskillsError(
+            f"config key sft.processes is {processes} but the sft job has {gpus} GPU(s) (sft.gpus): training "
+            "runs one process per GPU; set sft.processes to null or to sft.gpus"
+        )
+    training = sft["training"]
+    check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"]["training"]
+        check_batch_divides(tiny["batch_size"], 1, tiny["gradient_accumulation_steps"], "tiny_model.training")
+    if sft["distributed"] == "fsdp" and gpus < 2:
+        raise SnakeskillsError(
+            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "
+            f"{gpus} GPU(s); set sft.gpus to 2 or more, or use ddp"
+        )
+    score = sft["filters"]["score"]
+    if score != "symbolic_correct" and config["judge"]["llm"] is None:
+        raise SnakeskillsError(
+            f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
+            "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
+        )
+
+
+def check_model_paths(config: dict) -> None:
+    """Local model folders must exist before anything is scheduled (no hub downloads at run time)."""
+    paths = {}
+    if not config["model"]["build_tiny"]:
+        paths["model.path"] = config["model"]["path"]
+    for key, served in (("judge.llm", config["judge"]["llm"]), ("teacher", config["teacher"])):
+        if served is not None and backend_spec(served["generation"]).needs_local_model:
+            paths[f"{key}.model.path"] = served["model"]["path"]
+    for key, path in paths.items():
+        if not path or not Path(path).is_dir():
+            raise SnakeskillsError(
+                f"config key {key}: {path!r} is not a folder; give a local Hugging Face checkpoint folder "
+                "(download it first, e.g. `hf download <repo> --local-dir <folder>`)"
+            )
+
+
+def check_results_dir(path: Path) -> None:
+    """The results folder must be creatable and writable before any job runs (nothing half-written)."""
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SnakeskillsError(f"config key results_dir: cannot create {str(path)!r}: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SnakeskillsError(
+            f"config key results_dir: {str(existing)!r} is not writable, so {str(path)!r} cannot be created"
+        )
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+def training_gpus(config: dict, gpus_available: bool) -> int:
+    """GPUs of the sft job: sft.gpus, else one where the job's node has GPUs and the run is not set to CPU
+    (hf generation on device cpu), else none."""
+    sft, generation = config["sft"], config["generation"]
+    if sft["gpus"] is not None:
+        return sft["gpus"]
+    if generation["backend"] == "hf" and generation["device"] == "cpu":
+        return 0
+    return 1 if gpus_available else 0
+
+
+def training_processes(config: dict, gpus_available: bool) -> int:
+    """Training processes of the sft job: sft.processes, else one per GPU it has (one on CPU)."""
+    return config["sft"]["processes"] or max(training_gpus(config, gpus_available), 1)
+
+
+# ---------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every file the workflow writes, as a pattern of wildcards under one results folder."""
+
+    results: str
+
+    def _under(self, pattern: str) -> str:
+        return str(Path(self.results) / pattern)
+
+    @property
+    def prepared(self) -> str:
+        return self._under("data/{benchmark}/{split}.jsonl")
+
+    @property
+    def checkpoint(self) -> str:
+        """A full checkpoint: the built tiny base model or a round's full fine-tune (sft.method full)."""
+        return self._under("models/{model}/checkpoint")
+
+    @property
+    def adapter(self) -> str:
+        return self._under("models/{model}/adapter")
+
+    @property
+    def merged_model(self) -> str:
+        return self._under("models/{model}/merged")
+
+    @property
+    def generation_settings(self) -> str:
+        return self._under("settings/generate/{model}/{benchmark}/{split}.json")
+
+    @property
+    def judged(self) -> str:
+        return self._under("judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl")
+
+    @property
+    def metrics(self) -> str:
+        return self._under("metrics/{model}/{benchmark}/{split}/metrics.json")
+
+    @property
+    def sft_stats(self) -> str:
+        return self._under("sft/{model}/stats.json")
+
+
+# ---------------------------------------------------------------- the plan
+
+
+class Plan:
+    """The decisions of one run, made from its validated and checked config."""
+
+    def __init__(self, config: dict, layout: Layout):
+        self.config = config
+        self.layout = layout
+        self.base_model = config["model"]["name"]
+        self.tuned_models = [f"round{r}" for r in range(1, config["rounds"] + 1)]
+        self.models = [self.base_model, *self.tuned_models]
+        teacher = config["teacher"]
+        self.teacher = teacher["name"] if teacher is not None else None
+        self.evaluated_teacher = self.teacher if teacher is not None and teacher["evaluate"] else None
+        # the models compared on the eval split, in table order: the student before and after each round, the teacher
+        self.eval_models = self.models + ([self.evaluated_teacher] if self.evaluated_teacher else [])
+        self.benchmarks = list(config["benchmarks"])
+        self.sft_method = config["sft"]["method"]
+        # what a round's SFT writes: an adapter on the base model (lora) or a full checkpoint (full)
+        self.sft_output = layout.adapter if self.sft_method == "lora" else layout.checkpoint
+
+    # ---- models and rounds
+
+    def parent_model(self, model: str) -> str:
+        """The model ``model`` was trained after: the base model for round1, else the previous round."""
+        round_number = int(model.removeprefix("round"))
+        return self.base_model if round_number == 1 else f"round{round_number - 1}"
+
+    def sft_data_models(self, model: str) -> list[str]:
+        """Models whose judged train generations feed ``model``'s SFT data (sft.rounds_data, teacher.later_rounds).
+
+        replace: the previous round's only; accumulate: the base model's and every earlier round's. With a
+        teacher, the teacher takes the base model's place: round1 learns from it, later rounds from it, the
+        student's own rounds, or both (teacher.later_rounds).
+        """
+        student = self.models[: self.models.index(model)]
+        if self.config["sft"]["rounds_data"] == "replace":
+            student = student[-1:]
+        if self.teacher is None:
+            return student
+        student = [name for name in student if name != self.base_model]
+        later_rounds = self.config["teacher"]["later_rounds"]
+        if not student or later_rounds == "teacher":
+            return [self.teacher]
+        return student if later_rounds == "student" else [self.teacher, *student]
+
+    def train_sampled_models(self) -> list[str]:
+        """Every model that samples the train split: those whose generations feed some round's SFT data."""
+        return list(dict.fromkeys(name for model in self.tuned_models for name in self.sft_data_models(model)))
+
+    def seeds(self, model: str, split: str) -> list[int]:
+        """Random seeds a model samples a split with: train_num_seeds (teacher.train_num_seeds for the teacher)
+        on the train split, num_seeds on any other."""
+        config = self.config
+        if split != config["train_split"]:
+            return list(range(config["num_seeds"]))
+        section = config["teacher"] if model == self.teacher else config
+        return list(range(section["train_num_seeds"]))
+
+    # ---- what a model generates with
+
+    def base_model_folder(self) -> str:
+        """The base checkpoint folder: the built tiny model or model.path."""
+        if self.config["model"]["build_tiny"]:
+            return self.layout.checkpoint.format(model=self.base_model)
+        return self.config["model"]["path"]
+
+    def base_model_inputs(self) -> list[str]:
+        """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
+        return [self.layout.checkpoint.format(model=self.base_model)] if self.config["model"]["build_tiny"] else []
+
+    def sampling_section(self, model: str) -> dict:
+        """The config section that says how ``model`` samples (model, prompt, generation): the teacher's own, or
+        the student's (every other model)."""
+        return self.config["teacher"] if model == self.teacher else self.config
+
+    def generation_model_path(self, model: str) -> str | None:
+        """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model;
+        the teacher's own (teacher.model.path; none for an openai server)."""
+        if model == self.teacher:
+            return self.config["teacher"]["model"]["path"]
+        if model != self.base_model and self.sft_method == "full":
+            return self.layout.checkpoint.format(model=model)
+        return self.base_model_folder()
+
+    def generation_adapter_path(self, model: str) -> str | None:
+        """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model, the teacher,
+        or full fine-tunes."""
+        if model in (self.base_model, self.teacher) or self.sft_method == "full":
+            return None
+        return self.layout.adapter.format(model=model)
+
+    def generation_model_inputs(self, model: str) -> list[str]:
+        """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint
+        (full); none for the teacher (a local folder or a server)."""
+        if model == self.teacher:
+            return []
+        if model != self.base_model and self.sft_method == "full":
+            return [self.layout.checkpoint.format(model=model)]
+        adapter = self.generation_adapter_path(model)
+        return self.base_model_inputs() + ([] if adapter is None else [adapter])
+
+    def sft_init(self, model: str) -> list[str]:
+        """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
+        adapter (lora) or checkpoint (full); none otherwise (training starts from the base model)."""
+        if self.config["sft"]["init"] == "base" or self.parent_model(model) == self.base_model:
+            return []
+        return [self.sft_output.format(model=self.parent_model(model))]
+
+    def sft_training_config(self, gpus_available: bool) -> dict:
+        """The sft settings that decide how a round is trained (data choice and filters act through its input).
+
+        The processes count too: each process draws its own share of every batch, so the weights differ."""
+        sft = self.config["sft"]
+        keys = ("method", "seed", "lora", "training") if self.sft_method == "lora" else ("method", "seed", "training")
+        return {
+            **{key: sft[key] for key in keys},
+            "processes": training_processes(self.config, gpus_available),
+            "distributed": sft["distributed"],
+        }
+
+    # ---- jobs: GPUs and envs
+
+    def generation_gpus(self, model: str, gpus_available: bool) -> int:
+        """GPUs of one of ``model``'s generate jobs (its backend's; none for a teacher behind an openai server)."""
+        generation = self.sampling_section(model)["generation"]
+        return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def generation_env(self, model: str) -> str:
+        """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
+        return backend_spec(self.sampling_section(model)["generation"]).conda_env
+
+    def llm_judge_generation(self) -> dict:
+        """The LLM judge's generation section (judge.llm.generation); the student's when there is no LLM judge
+        (its rule then plans no job, but still names an env)."""
+        llm = self.config["judge"]["llm"]
+        return llm["generation"] if llm is not None else self.config["generation"]
+
+    # ---- which files each step reads
+
+    def sft_judged_runs(self, model: str) -> list[tuple[str, str, int]]:
+        """(model, benchmark, seed) of every judged train-split seed file ``model``'s SFT data is made from."""
+        split = self.config["train_split"]
+        return [
+            (source, benchmark, seed)
+            for source in self.sft_data_models(model)
+            for benchmark in self.config["train_benchmarks"]
+            for seed in self.seeds(source, split)
+        ]
+
+    def sft_judged_files(self, model: str) -> list[str]:
+        split = self.config["train_split"]
+        return [
+            self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed)
+            for source, benchmark, seed in self.sft_judged_runs(model)
+        ]
+
+    def eval_runs(self) -> list[tuple[str, str]]:
+        """(model, benchmark) pairs compared on the eval split, in table order."""
+        return [(model, benchmark) for model in self.eval_models for benchmark in self.benchmarks]
+
+    def eval_judged_runs(self) -> list[tuple[str, str, int]]:
+        """(model, benchmark, seed) of every judged seed file on the eval split, in plot order."""
+        split = self.config["eval_split"]
+        return [(model, benchmark, seed) for model, benchmark in self.eval_runs() for seed in self.seeds(model, split)]
+
+    def eval_metrics_files(self) -> list[str]:
+        split = self.config["eval_split"]
+        return [self.layout.metrics.format(model=m, benchmark=b, split=split) for m, b in self.eval_runs()]
+
+    def eval_judged_files(self) -> list[str]:
+        split = self.config["eval_split"]
+        return [
+            self.layout.judged.format(model=m, benchmark=b, split=split, seed=seed)
+            for m, b, seed in self.eval_judged_runs()
+        ]
+
+    def targets(self, summary_files: list[str], plot_files: list[str]) -> list[str]:
+        """What a plain ``snakemake`` builds: the comparison, the train metrics, the plots, the tuned models
+        (adapters or checkpoints: a rerun always leaves them in place) and merged models (sft.merge)."""
+        config = self.config
+        train_metrics = [
+            self.layout.metrics.format(model=model, benchmark=benchmark, split=config["train_split"])
+            for model in self.train_sampled_models()
+            for benchmark in config["train_benchmarks"]
+        ]
+        tuned = [self.sft_output.format(model=model) for model in self.tuned_models]
+        merged = (
+            [self.layout.merged_model.format(model=model) for model in self.tuned_models]
+            if self.sft_method == "lora" and config["sft"]["merge"]
+            else []
+        )
+        return [*summary_files, *train_metrics, *plot_files, *tuned, *merged]

@@ -1,0 +1,393 @@
+"""The plan module (snakeskills.plan) without Snakemake: every plan-time mistake, the data each round learns from,
+seeds, the model files each generation loads, and each job's GPUs and conda env. Milliseconds a test.
+
+The same module builds the real DAG (rules/common.smk calls it); a few real dry runs (test_workflow_dag.py,
+test_examples.py) check that the two agree.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from conftest import DEFAULT_CONFIG, REPO
+from snakemake.exceptions import WorkflowError
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.plan import (
+    Layout,
+    Plan,
+    check_config,
+    check_model_paths,
+    check_results_dir,
+    prepare_config,
+    training_gpus,
+    training_processes,
+)
+
+DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
+# an address no server listens on: nothing here contacts it
+NO_SERVER = "http://127.0.0.1:9/v1"
+
+
+def teacher_section(**settings) -> dict:
+    return {
+        "generation": {
+            "backend": "openai",
+            "openai": {"base_url": NO_SERVER, "model": "teacher-model"},
+            "sampling": {"temperature": 0.7, "max_new_tokens": 10},
+        },
+        "prompt": {"user": "{problem}=", "chat_template": True},
+        **settings,
+    }
+
+
+def checked(mutate=None, *, gpus_available=False, **top) -> dict:
+    """The embedded default with ``top`` keys set and ``mutate`` applied, validated and checked as the workflow
+    does before planning."""
+    config = copy.deepcopy(DEFAULT)
+    config.update(top)
+    if mutate is not None:
+        mutate(config)
+    prepare_config(config)
+    check_config(config, gpus_available=gpus_available)
+    check_model_paths(config)
+    return config
+
+
+def plan_of(mutate=None, **top) -> Plan:
+    config = checked(mutate, **top)
+    return Plan(config, Layout(f"results/{config['experiment']}"))
+
+
+def with_teacher(**settings):
+    return lambda config: config.update(teacher=teacher_section(**settings))
+
+
+# ---------------------------------------------------------------- mistakes stop the plan, naming the key
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda config: config["judge"].update(regex="(\\d+"), "config key judge.regex: '(\\\\d+' does not compile"),
+        (lambda config: config.update(eval_split="train"), "config keys eval_split and train_split are both 'train'"),
+        (
+            lambda config: (config["generation"].update(backend="vllm"), config["sft"]["lora"].update(r=128)),
+            "config key sft.lora.r is 128 but generation.vllm.max_lora_rank is 64",
+        ),
+        (
+            lambda config: config["generation"].update(backend="vllm", compile=True),
+            "config key generation.compile applies to the hf backend only, but generation.backend is 'vllm'",
+        ),
+        (
+            lambda config: config["sft"].setdefault("filters", {}).update(score="judge_correct"),
+            "config key sft.filters.score is 'judge_correct', which needs the LLM judge's verdicts",
+        ),
+        (
+            lambda config: config["sft"].update(method="full", merge=True),
+            "config key sft.merge applies to sft.method lora",
+        ),
+        (
+            lambda config: config["sft"].pop("lora"),
+            "config key sft.lora (r, alpha) is required when sft.method is lora",
+        ),
+        (
+            lambda config: config["generation"].update(backend="openai", openai={"base_url": NO_SERVER, "model": "m"}),
+            "config key generation.backend is 'openai', which samples whatever model its server serves",
+        ),
+        (
+            lambda config: config["sft"].update(gpus=2, processes=1),
+            "config key sft.processes is 1 but the sft job has 2 GPU(s) (sft.gpus)",
+        ),
+        (
+            lambda config: (config["generation"].update(device="cpu"), config["sft"].update(processes=3)),
+            "config key sft.training.batch_size (32) must be a multiple of the 3 training processes",
+        ),
+        (
+            lambda config: config["sft"]["training"].update(gradient_accumulation_steps=5),
+            "config key sft.training.batch_size (32) must be a multiple of 5 sft.training.gradient_accumulation_steps",
+        ),
+        (
+            lambda config: config["tiny_model"]["training"].update(gradient_accumulation_steps=3),
+            "config key tiny_model.training.batch_size",
+        ),
+        (
+            lambda config: config["sft"].update(distributed="fsdp"),
+            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has 0 GPU(s)",
+        ),
+        (lambda config: config["generation"].update(device="gpu0"), "config key generation.device is 'gpu0'"),
+        (lambda config: config["model"].update(build_tiny=False), "config key model.path is required"),
+        (lambda config: config["model"].update(name="round0"), "config key model.name must not start with 'round'"),
+        (lambda config: config.update(train_benchmarks=["gsm8k"]), "config key train_benchmarks names 'gsm8k'"),
+        (
+            lambda config: config.update(eval_split="dev"),
+            "config key eval_split: benchmark 'arithmetic' has no split 'dev'",
+        ),
+        (
+            lambda config: config.update(train_split="training"),
+            "config key train_split: benchmark 'arithmetic' has no split 'training'",
+        ),
+        (
+            lambda config: config["tiny_model"].update(bootstrap_benchmark="gsm8k"),
+            "config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks",
+        ),
+        # the teacher's keys
+        (with_teacher(name="base"), "config keys teacher.name and model.name are both 'base'"),
+        (with_teacher(name="round7"), "config key teacher.name must not start with 'round'"),
+        (
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].pop("openai")),
+            "config key teacher.generation.openai (base_url, model) is required when teacher.generation.backend",
+        ),
+        (
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(backend="hf")),
+            "config key teacher.model.path: None is not a folder",
+        ),
+        (
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(compile=True)),
+            "config key teacher.generation.compile applies to the hf backend only",
+        ),
+    ],
+    ids=[
+        "judge-regex",
+        "eval-is-train",
+        "lora-rank-over-vllm-max",
+        "compile-without-hf",
+        "llm-score-without-judge",
+        "merge-with-full",
+        "lora-without-settings",
+        "openai-for-the-tuned-model",
+        "processes-not-one-per-gpu",
+        "batch-not-shared-by-processes",
+        "batch-not-shared-by-accumulation",
+        "tiny-batch-not-shared-by-accumulation",
+        "fsdp-without-gpus",
+        "unknown-device",
+        "no-model-path",
+        "round-model-name",
+        "unknown-train-benchmark",
+        "missing-eval-split",
+        "missing-train-split",
+        "unknown-bootstrap-benchmark",
+        "teacher-student-name",
+        "teacher-round-name",
+        "teacher-openai-without-server",
+        "teacher-hf-without-path",
+        "teacher-compile",
+    ],
+)
+def test_mistakes_that_cost_nothing_to_find_stop_the_plan(mutate, message):
+    with pytest.raises(SnakeskillsError) as error:
+        checked(mutate)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "words"),
+    [
+        (lambda config: config["generation"]["sampling"].update(temprature=0.7), ["temprature"]),
+        (lambda config: config.update(num_seeds="four"), ["num_seeds", "four"]),
+        (lambda config: config.update(num_chunks=0), ["num_chunks", "less than the minimum of 1"]),
+        (lambda config: config["generation"].update(backend="tgi"), ["'tgi' is not one of ['hf', 'vllm', 'openai']"]),
+        (lambda config: config["sft"].update(rounds_data="sometimes"), ["sometimes"]),
+        (lambda config: config["sft"].update(init="sometimes"), ["sometimes"]),
+        (lambda config: config.update(teacher={**teacher_section(), "later_rounds": "never"}), ["later_rounds"]),
+        (lambda config: config.update(teacher={"generation": teacher_section()["generation"]}), ["'prompt'"]),
+    ],
+    ids=["typo", "type", "range", "backend", "rounds-data", "init", "teacher-enum", "teacher-prompt"],
+)
+def test_schema_mistakes_name_the_key(mutate, words):
+    with pytest.raises(WorkflowError) as error:
+        checked(mutate)
+    assert all(word in str(error.value) for word in words), str(error.value)[:2000]
+
+
+def test_unknown_preset_names_the_key():
+    with pytest.raises(SnakeskillsError, match=r"config key benchmarks\.gsm8k\.preset: unknown preset 'gsm9k'"):
+        checked(lambda config: config.update(benchmarks={"gsm8k": {"preset": "gsm9k"}}))
+
+
+@pytest.mark.parametrize("key", ["model.path", "judge.llm.model.path"])
+def test_missing_model_folder_names_the_key(tmp_path, key):
+    def mutate(config):
+        config["model"].update(build_tiny=False, path=str(tmp_path))
+        config["judge"]["llm"] = {
+            "model": {"path": str(tmp_path)},
+            "generation": {"sampling": {"max_new_tokens": 4}},
+            "prompt": {"user": "{problem} {generation}"},
+        }
+        if key == "model.path":
+            config["model"]["path"] = str(tmp_path / "no-such-model")
+        else:
+            config["judge"]["llm"]["model"]["path"] = str(tmp_path / "no-such-judge")
+
+    with pytest.raises(SnakeskillsError, match=rf"config key {key}: '.*no-such-.*' is not a folder"):
+        checked(mutate)
+
+
+def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
+    (tmp_path / "blocker").write_text("a file where the results folder should go\n")
+    with pytest.raises(SnakeskillsError, match="config key results_dir: cannot create .* is a file"):
+        check_results_dir(tmp_path / "blocker" / "results" / "run")
+    check_results_dir(tmp_path / "a" / "b")  # not there yet, but creatable
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["blocker"]
+
+
+# ---------------------------------------------------------------- rounds: what each round learns from
+
+
+def sft_sources(plan: Plan) -> dict[str, list[str]]:
+    return {model: plan.sft_data_models(model) for model in plan.tuned_models}
+
+
+def test_replace_reads_the_previous_round_and_accumulate_all_before():
+    replace = plan_of(rounds=3)
+    assert sft_sources(replace) == {"round1": ["base"], "round2": ["round1"], "round3": ["round2"]}
+    accumulate = plan_of(lambda config: config["sft"].update(rounds_data="accumulate"), rounds=3)
+    assert sft_sources(accumulate) == {
+        "round1": ["base"],
+        "round2": ["base", "round1"],
+        "round3": ["base", "round1", "round2"],
+    }
+    # every train seed of every earlier model, as judged seed files
+    files = accumulate.sft_judged_files("round3")
+    assert len(files) == 3 * DEFAULT["train_num_seeds"]
+    assert files[0] == "results/tiny-arithmetic/judge/base/arithmetic/train/output-rs0.jsonl"
+    assert accumulate.train_sampled_models() == ["base", "round1", "round2"]
+
+
+def test_continue_trains_from_the_previous_adapter_or_checkpoint():
+    fresh = plan_of(rounds=3)
+    assert [fresh.sft_init(model) for model in fresh.tuned_models] == [[], [], []]
+    continued = plan_of(lambda config: config["sft"].update(init="continue"), rounds=3)
+    assert [continued.sft_init(model) for model in continued.tuned_models] == [
+        [],
+        ["results/tiny-arithmetic/models/round1/adapter"],
+        ["results/tiny-arithmetic/models/round2/adapter"],
+    ]
+    # round r generates with the base model and its own adapter
+    assert continued.generation_model_inputs("round2") == [
+        "results/tiny-arithmetic/models/base/checkpoint",
+        "results/tiny-arithmetic/models/round2/adapter",
+    ]
+    full = plan_of(lambda config: config["sft"].update(init="continue", method="full"), rounds=3)
+    assert full.sft_init("round3") == ["results/tiny-arithmetic/models/round2/checkpoint"]
+    for model in full.tuned_models:
+        checkpoint = f"results/tiny-arithmetic/models/{model}/checkpoint"
+        assert full.generation_model_inputs(model) == [checkpoint]
+        assert full.generation_model_path(model) == checkpoint and full.generation_adapter_path(model) is None
+
+
+def test_tuned_models_plots_and_merged_models_are_targets():
+    plan = plan_of(rounds=2)
+    targets = plan.targets(["summary"], ["plot"])
+    assert {"results/tiny-arithmetic/models/round1/adapter", "results/tiny-arithmetic/models/round2/adapter"} <= set(
+        targets
+    )
+    assert "results/tiny-arithmetic/metrics/base/arithmetic/train/metrics.json" in targets
+    assert not [path for path in targets if "merged" in path]
+    merged = plan_of(lambda config: config["sft"].update(merge=True), rounds=2)
+    assert "results/tiny-arithmetic/models/round2/merged" in merged.targets([], [])
+    full = plan_of(lambda config: config["sft"].update(method="full"))
+    assert "results/tiny-arithmetic/models/round1/checkpoint" in full.targets([], [])
+
+
+def test_seeds_follow_the_split_and_the_model():
+    plan = plan_of(num_seeds=3, train_num_seeds=2)
+    assert plan.seeds("base", "test") == [0, 1, 2] and plan.seeds("base", "train") == [0, 1]
+    teacher = plan_of(with_teacher(train_num_seeds=5), num_seeds=3, train_num_seeds=2)
+    assert teacher.seeds("teacher", "train") == list(range(5)) and teacher.seeds("teacher", "test") == [0, 1, 2]
+    assert [run for run in teacher.eval_judged_runs() if run[0] == "teacher"] == [
+        ("teacher", "arithmetic", seed) for seed in range(3)
+    ]
+
+
+# ---------------------------------------------------------------- the teacher
+
+
+@pytest.mark.parametrize(
+    ("later_rounds", "rounds_data", "expected"),
+    [
+        ("both", "replace", {"round2": ["teacher", "round1"], "round3": ["teacher", "round2"]}),
+        ("both", "accumulate", {"round2": ["teacher", "round1"], "round3": ["teacher", "round1", "round2"]}),
+        ("student", "replace", {"round2": ["round1"], "round3": ["round2"]}),
+        ("student", "accumulate", {"round2": ["round1"], "round3": ["round1", "round2"]}),
+        ("teacher", "replace", {"round2": ["teacher"], "round3": ["teacher"]}),
+    ],
+)
+def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rounds, rounds_data, expected):
+    def mutate(config):
+        with_teacher(later_rounds=later_rounds)(config)
+        config["sft"]["rounds_data"] = rounds_data
+
+    plan = plan_of(mutate, rounds=3)
+    assert sft_sources(plan) == {"round1": ["teacher"], **expected}
+    # the teacher samples the train split once, whichever rounds read it; the base student never does
+    sampled = plan.train_sampled_models()
+    assert sampled.count("teacher") == 1 and "base" not in sampled
+    assert set(sampled) - {"teacher"} == ({"round1", "round2"} if later_rounds != "teacher" else set())
+
+
+def test_teacher_is_evaluated_unless_told_not_to():
+    assert plan_of(with_teacher()).eval_models == ["base", "round1", "teacher"]
+    quiet = plan_of(with_teacher(evaluate=False))
+    assert quiet.eval_models == ["base", "round1"] and quiet.evaluated_teacher is None
+    assert not [path for path in quiet.eval_metrics_files() if "/metrics/teacher/" in path]
+
+
+def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
+    plan = plan_of(with_teacher())
+    section = plan.sampling_section("teacher")
+    assert section["generation"]["backend"] == "openai" and section["prompt"]["user"] == "{problem}="
+    assert plan.generation_model_inputs("teacher") == [] and plan.generation_adapter_path("teacher") is None
+    assert plan.generation_env("teacher") == "../envs/generate-openai.yaml"
+    assert plan.generation_env("base") == "../envs/generate-hf.yaml"
+    for gpus_available in (False, True):
+        assert plan.generation_gpus("teacher", gpus_available) == 0
+    assert plan.generation_gpus("round1", True) == 1
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+def test_gpus_follow_the_backend_and_the_node():
+    def gpus(generation):
+        config = checked(lambda config: config["generation"].update(generation))
+        return [Plan(config, Layout("r")).generation_gpus("base", available) for available in (False, True)]
+
+    # device auto takes a GPU only where there is one: no `gpu=1` on a machine without
+    assert gpus({"device": "auto"}) == [0, 1]
+    assert gpus({"device": "cpu"}) == [0, 0]
+    assert gpus({"device": "cuda:1"}) == [1, 1]
+    assert gpus({"backend": "vllm", "vllm": {"tensor_parallel_size": 4}}) == [4, 4]
+
+
+def test_training_gpus_and_processes():
+    auto = checked()
+    assert [training_gpus(auto, available) for available in (False, True)] == [0, 1]
+    assert [training_processes(auto, available) for available in (False, True)] == [1, 1]
+    cpu = checked(lambda config: config["generation"].update(device="cpu"))
+    assert training_gpus(cpu, True) == 0
+    four = checked(lambda config: config["sft"].update(gpus=4), gpus_available=True)
+    assert training_gpus(four, True) == 4 and training_processes(four, True) == 4, "one process per GPU"
+    two_cpu = checked(lambda config: config["sft"].update(processes=2))
+    assert training_processes(two_cpu, False) == 2, "CPU processes"
+    assert plan_of(lambda config: config["sft"].update(processes=2)).sft_training_config(False)["processes"] == 2
+
+
+def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch):
+    """Each example's own checks (its model folders made empty, as test_examples.py does for its dry runs)."""
+    monkeypatch.chdir(tmp_path)
+    for example in sorted((REPO / "config" / "examples").glob("*.yaml")):
+        config = yaml.safe_load(example.read_text())
+        prepare_config(config)
+        for section in (
+            config["model"],
+            (config["teacher"] or {}).get("model"),
+            (config["judge"]["llm"] or {}).get("model"),
+        ):
+            if section and section.get("path"):
+                (tmp_path / section["path"]).mkdir(parents=True, exist_ok=True)
+        check_config(config, gpus_available=True)
+        check_model_paths(config)
