@@ -156,10 +156,13 @@ def random_workload(arguments, device: str, folder: Path):
     save_random_model(folder, shape)
     backend = HFBackend(
         model_path=str(folder),
+        adapter_path=None,
         device=device,
         dtype=shape["dtype"],
         batch_size=arguments.batch_size or prompts,
+        trust_remote_code=False,
         threads=arguments.threads,
+        compile=False,  # --compile switches it on after the eager runs
     )
     details = {"shape": shape_name, "vocabulary": VOCABULARY, "dtype": shape["dtype"], "prompt_tokens": prompt_tokens}
     return backend, requests, arguments.max_new_tokens or shape["max_new_tokens"], 0.95, details
@@ -180,7 +183,9 @@ def smollm2_workload(arguments, device: str, folder: Path):
         device=device,
         dtype=dtype,
         batch_size=arguments.batch_size or (256 if device.startswith("cuda") else 64),
+        trust_remote_code=False,
         threads=arguments.threads,
+        compile=False,  # --compile switches it on after the eager runs
     )
     problems = arithmetic_splits(operations=["+", "-", "*"], max_operand=999, split_sizes={"bench": prompts}, seed=0)
     prompt = resolve_prompt(

@@ -3,6 +3,10 @@
 Usage: python bench/sft.py [--examples 128] [--epochs 1] [--batch-size 16] [--device auto]
        [--output bench/results/sft-<device>.json]
 
+Three runs: ``lora`` (``model.dtype: auto``: the frozen base in float32 on a CPU, bfloat16 on a GPU that has it,
+as ``snakeskills.models``' FROZEN_BASE policy says), ``lora-bf16`` (``model.dtype: bfloat16``: the base in
+bfloat16, which is what a LoRA got on every device before that policy) and ``full``.
+
 Both runs go through the product's own path (``snakeskills.sft.train_sft``, as the sft rule calls it) on
 SmolLM2-135M-Instruct (the packaged real model, converted once per machine): chat-template prompts of
 2-digit additions with a one-line worked answer, ``sft.lora`` r 16 / alpha 32 on all linear layers against
@@ -26,6 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# variant: (sft.method, model.dtype)
+VARIANTS = {"lora": ("lora", "auto"), "lora-bf16": ("lora", "bfloat16"), "full": ("full", "auto")}
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 
 
@@ -47,14 +53,16 @@ def write_examples(path: Path, count: int) -> None:
     write_jsonl(path, records)
 
 
-def train_one(method: str, data: str, epochs: float, batch_size: int, device: str) -> dict:
+def train_one(variant: str, data: str, epochs: float, batch_size: int, device: str) -> dict:
     """One training run in this process; returns its figures."""
     import torch
 
+    from snakeskills.plan import default_config
     from snakeskills.pretrained import packaged_model_folder
     from snakeskills.sft import train_sft
     from snakeskills.training import tokenize_prompt_completion
 
+    method, dtype = VARIANTS[variant]
     model = str(packaged_model_folder("smollm2-135m-instruct"))
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-sft-") as scratch:
         output = Path(scratch) / "tuned"
@@ -65,10 +73,14 @@ def train_one(method: str, data: str, epochs: float, batch_size: int, device: st
             sft_data_path=data,
             output_dir=output,
             lora=LORA if method == "lora" else None,
-            training={"num_epochs": epochs, "learning_rate": 1e-4, "batch_size": batch_size, "max_length": 256},
+            training={
+                **default_config()["sft"]["training"],
+                **{"num_epochs": epochs, "learning_rate": 1e-4, "batch_size": batch_size, "max_length": 256},
+            },
             chat_template=True,
             seed=0,
             threads=len(os.sched_getaffinity(0)),
+            dtype=dtype,
             trust_remote_code=False,
         )
         wall = time.perf_counter() - start
@@ -84,6 +96,7 @@ def train_one(method: str, data: str, epochs: float, batch_size: int, device: st
     on_gpu = torch.cuda.is_available()
     return {
         "method": method,
+        "model_dtype": dtype,
         "wall_seconds": round(wall, 2),
         "train_seconds": metrics["train_runtime"],
         "samples_per_second": metrics["train_samples_per_second"],
@@ -109,7 +122,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--output", type=Path)
-    parser.add_argument("--one", choices=["lora", "full"], help=argparse.SUPPRESS)  # the child run
+    parser.add_argument("--one", choices=list(VARIANTS), help=argparse.SUPPRESS)  # the child run
     parser.add_argument("--data", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.one:
@@ -129,7 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-sft-data-") as scratch:
         data = Path(scratch) / "data.jsonl"
         write_examples(data, arguments.examples)
-        for method in ("lora", "full"):
+        for method in VARIANTS:
             command = [sys.executable, __file__, "--one", method, "--data", str(data), "--device", device]
             command += ["--epochs", str(arguments.epochs), "--batch-size", str(arguments.batch_size)]
             # on CPU the child sees no GPU: the Trainer picks CUDA whenever it sees one
@@ -151,9 +164,14 @@ def main() -> None:
             "samples_per_second": round(runs["full"]["samples_per_second"] / runs["lora"]["samples_per_second"], 2),
             "peak_memory": round(runs["full"]["peak_memory_megabytes"] / runs["lora"]["peak_memory_megabytes"], 2),
         },
+        "lora_auto_over_lora_bf16": {
+            "samples_per_second": round(
+                runs["lora"]["samples_per_second"] / runs["lora-bf16"]["samples_per_second"], 2
+            ),
+        },
     }
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["full_over_lora"]))
+    print(json.dumps({key: result[key] for key in ("full_over_lora", "lora_auto_over_lora_bf16")}))
 
 
 if __name__ == "__main__":

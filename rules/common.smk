@@ -8,7 +8,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from snakeskills.data.prepare import local_source_files
-from snakeskills.gpus import node_gpus
+from snakeskills.gpus import planning_for_gpu_nodes
 from snakeskills.backends.specs import backend_spec
 from snakeskills.plan import (
     Layout,
@@ -28,16 +28,17 @@ min_version("9.0")
 # benchmark presets merged with the keys given next to them, then the schema checks the full config and fills
 # its defaults; then the cross-key, model folder and results folder checks
 prepare_config(config)
-NODE_HAS_GPUS = bool(node_gpus())
-check_config(config, gpus_available=NODE_HAS_GPUS)
+GPU_NODES = planning_for_gpu_nodes()
+check_config(config, gpus_available=GPU_NODES)
 check_model_paths(config)
 RESULTS = Path(config["results_dir"]) / config["experiment"]
 check_results_dir(RESULTS.absolute())
 
 
 def gpus_available():
-    """Whether jobs run where there are GPUs: this node's, or a cluster's nodes (SLURM and other executors)."""
-    return NODE_HAS_GPUS or workflow.non_local_exec
+    """Whether jobs run where there are GPUs: this node's, or a cluster's (a SLURM submit host, or any
+    non-local executor, which Snakemake names only once jobs are built)."""
+    return GPU_NODES or workflow.non_local_exec
 
 
 # Path patterns: every file the workflow writes, built from wildcards only.

@@ -17,6 +17,7 @@ with script_logging(snakemake.log[0]) as logger:
         "chat_template": snakemake.params.chat_template,
         "seed": sft["seed"],
         "threads": max(1, snakemake.threads // processes),
+        "dtype": snakemake.params.model["dtype"],
         "trust_remote_code": snakemake.params.model["trust_remote_code"],
         "distributed": sft["distributed"],
     }

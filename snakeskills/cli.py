@@ -68,7 +68,6 @@ def run_generate(arguments: argparse.Namespace) -> None:
             backend=backend,
             prepared_path=settings["split"],
             output_path=arguments.output,
-            done_path=f"{arguments.output}.done",
             chunk_index=int(arguments.wildcards["chunk"]),
             num_chunks=int(arguments.wildcards["num_chunks"]),
             random_seed=int(arguments.wildcards["seed"]),

@@ -72,7 +72,6 @@ def generate_chunk(
     backend,
     prepared_path: str | Path,
     output_path: str | Path,
-    done_path: str | Path,
     chunk_index: int,
     num_chunks: int,
     random_seed: int,
@@ -118,6 +117,5 @@ def generate_chunk(
         output_path=output_path,
         rows_per_flush=rows_per_flush,
         job_fingerprint=job_fingerprint,
-        done_path=done_path,
     )
     return {"rows": counts["rows"], "resumed_rows": counts["resumed_rows"], "generated_rows": counts["processed_rows"]}

@@ -42,6 +42,13 @@ def node_gpus() -> list[str]:
     return [str(index) for index, line in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
 
 
+def planning_for_gpu_nodes() -> bool:
+    """Whether the jobs planned here will have GPUs, as far as the planner can tell: this node has GPUs, or it is
+    a SLURM submit host (``sbatch`` on PATH), whose compute nodes do (hf ``device: auto`` then asks for one).
+    A run with a non-local executor counts too; rules/common.smk adds that when jobs are built."""
+    return bool(node_gpus()) or shutil.which("sbatch") is not None
+
+
 def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pinned: int | None = None) -> list[str]:
     """Claim ``count`` GPUs for this job and make them the only ones it sees; returns them.
 

@@ -93,11 +93,6 @@ def read_json(path: str | os.PathLike):
         raise SnakeskillsError(f"{path}:{error.lineno}: malformed JSON ({error.msg})") from None
 
 
-def touch_done(path: str | os.PathLike) -> None:
-    """Write a done marker; call it only after every other output is in place."""
-    write_text(path, "")
-
-
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling folder; it replaces ``path`` only if the block succeeds."""

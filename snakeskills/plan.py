@@ -19,6 +19,7 @@ from snakeskills.data.prepare import apply_presets, check_benchmark_specs, check
 from snakeskills.errors import SnakeskillsError
 
 SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+DEFAULT_CONFIG = SCHEMA.parent / "config.yaml"
 
 
 def prepare_config(config: dict) -> None:
@@ -29,6 +30,16 @@ def prepare_config(config: dict) -> None:
         config["benchmarks"] = apply_presets(config["benchmarks"])
     validate(config, schema=str(SCHEMA))
     check_benchmark_specs(config["benchmarks"])
+
+
+def default_config() -> dict:
+    """The embedded default (config/config.yaml), validated: the schema's defaults filled. For benchmarks and
+    tests that call package functions directly and need a whole section (``sft.training``, ``generation``)."""
+    import yaml
+
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    prepare_config(config)
+    return config
 
 
 # ---------------------------------------------------------------- checks

@@ -3,9 +3,9 @@
 Rows are processed in batches of ``rows_per_flush``; after each batch every row done so far is
 written (atomically) to ``<output>.progress``. Snakemake does not own that file, so it survives a
 killed or failed job, and the rerun processes only the rows that are missing. The output is
-written (atomically) when all rows are done, then the optional ``.done`` marker, then the progress
-file is removed. Each row's result must depend on the row alone (per-row seeds), so a resumed
-output equals an uninterrupted one byte for byte.
+written (atomically) when all rows are done, then the progress file is removed. The output itself is the
+completion marker: Snakemake reruns a job whose output is missing. Each row's result must depend on the row
+alone (per-row seeds), so a resumed output equals an uninterrupted one byte for byte.
 
 A progress file only resumes the job that wrote it: its first line holds a fingerprint of everything
 that decides the rows' results (settings, input files, model), and a rerun with another fingerprint
@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from snakeskills.io import read_jsonl, touch_done, write_jsonl
+from snakeskills.io import read_jsonl, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +57,12 @@ def process_resumable(
     output_path: str | Path,
     rows_per_flush: int,
     job_fingerprint: str,
-    done_path: str | Path | None = None,
 ) -> dict:
     """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts.
 
     ``job_fingerprint`` (``snakeskills.io.fingerprint``) must change whenever anything deciding the results does.
     """
     progress_path = progress_path_for(output_path)
-    if done_path is not None:  # a marker left by an earlier run must not vouch for this one's output
-        Path(done_path).unlink(missing_ok=True)
     done_rows = read_progress(progress_path, job_fingerprint)
     if [row["id"] for row in done_rows] != [row["id"] for row in rows[: len(done_rows)]]:
         logger.warning("progress file %s does not match these rows; starting over", progress_path)
@@ -82,8 +79,6 @@ def process_resumable(
         write_progress(progress_path, job_fingerprint, done_rows)
         logger.info("%d/%d rows of %s done", len(done_rows), len(rows), output_path)
     write_jsonl(output_path, done_rows)
-    if done_path is not None:
-        touch_done(done_path)
     if progress_path.exists():
         os.unlink(progress_path)
     return {"rows": len(rows), "resumed_rows": resumed, "processed_rows": len(rows) - resumed}

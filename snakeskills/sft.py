@@ -159,16 +159,25 @@ def to_prompt_completion(record: dict, *, chat_template: bool, tokenizer) -> dic
 METHODS = ("lora", "full")
 
 
-def _load_lora_model(base_model_path: str, init_path, lora: dict, trust_remote_code: bool):
-    """The base model with a LoRA to train: round r-1's adapter (``init_path``) or a fresh one from ``lora``."""
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM
+def _load_lora_model(base_model_path: str, init_path, lora: dict, dtype: str, trust_remote_code: bool):
+    """The base model (frozen, in the FROZEN_BASE dtype) with a LoRA to train: round r-1's adapter
+    (``init_path``) or a fresh one from ``lora``."""
+    from peft import LoraConfig, get_peft_model
 
-    model = AutoModelForCausalLM.from_pretrained(base_model_path, trust_remote_code=trust_remote_code)
+    from snakeskills.models import FROZEN_BASE, load_model
+
     if init_path is not None:
         logger.info("continuing from adapter %s", init_path)
-        return PeftModel.from_pretrained(model, str(init_path), is_trainable=True)
-    logger.info("training a fresh LoRA on %s", base_model_path)
+        return load_model(
+            base_model_path,
+            dtype=dtype,
+            policy=FROZEN_BASE,
+            trust_remote_code=trust_remote_code,
+            adapter_path=init_path,
+            trainable_adapter=True,
+        )
+    model = load_model(base_model_path, dtype=dtype, policy=FROZEN_BASE, trust_remote_code=trust_remote_code)
+    logger.info("training a fresh LoRA on %s (base weights in %s)", base_model_path, model.dtype)
     return get_peft_model(
         model,
         LoraConfig(
@@ -179,19 +188,6 @@ def _load_lora_model(base_model_path: str, init_path, lora: dict, trust_remote_c
             task_type="CAUSAL_LM",
         ),
     )
-
-
-def _load_full_model(start_path: str, trust_remote_code: bool):
-    """Every weight of the checkpoint at ``start_path``, in float32 for training (the optimizer's updates of
-    bfloat16 weights would round away), and the dtype the checkpoint is stored in (the tuned one keeps it)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    stored_dtype = AutoConfig.from_pretrained(start_path, trust_remote_code=trust_remote_code).dtype or torch.float32
-    if isinstance(stored_dtype, str):
-        stored_dtype = getattr(torch, stored_dtype)
-    model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32, trust_remote_code=trust_remote_code)
-    return model, stored_dtype
 
 
 def train_sft(
@@ -205,6 +201,7 @@ def train_sft(
     chat_template: bool,
     seed: int,
     threads: int,
+    dtype: str,
     trust_remote_code: bool,
     init_path: str | Path | None = None,
     processes: int = 1,
@@ -214,34 +211,32 @@ def train_sft(
 
     ``method`` (sft.method) "lora": a LoRA adapter on the base model (``lora`` settings), saved as an adapter
     folder. "full": every weight of the model, saved as a full checkpoint in the dtype of the checkpoint it
-    started from, which every backend loads as a model. ``init_path`` (sft.init: continue) is the previous
+    started from (or in ``dtype``, model.dtype, when it is not auto), which every backend loads as a model. The
+    weights load under ``snakeskills.models``' dtype policies. ``init_path`` (sft.init: continue) is the previous
     round's output, trained further: its adapter (lora, its LoRA settings kept) or its checkpoint (full).
     With ``processes > 1`` this runs in every process ``launch_sft`` started (see ``train_on_examples``).
     """
     import torch
-    from transformers import AutoTokenizer
 
+    from snakeskills.models import TRAINED_WEIGHTS, load_model, load_tokenizer, saved_dtype
     from snakeskills.training import cast_saved_weights, save_trained, train_on_examples, trainer_dir_for
 
     if method not in METHODS:
         raise SnakeskillsError(f"sft.method: {method!r} is not one of {', '.join(METHODS)}")
-    if not Path(base_model_path).exists():
-        raise SnakeskillsError(f"model path {base_model_path!r} does not exist (config: model.path)")
     if init_path is not None and not Path(init_path).is_dir():
         kind = "adapter" if method == "lora" else "checkpoint"
         raise SnakeskillsError(f"{kind} {str(init_path)!r} to continue from does not exist (sft.init: continue)")
     torch.manual_seed(seed)
     # a full fine-tune continuing a round starts from that round's checkpoint, tokenizer included
     start_path = str(init_path) if method == "full" and init_path is not None else base_model_path
-    tokenizer = AutoTokenizer.from_pretrained(start_path, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(start_path, trust_remote_code=trust_remote_code)
     stored_dtype = None
     if method == "lora":
-        model = _load_lora_model(base_model_path, init_path, lora, trust_remote_code)
+        model = _load_lora_model(base_model_path, init_path, lora, dtype, trust_remote_code)
     else:
-        logger.info("fully fine-tuning %s", start_path)
-        model, stored_dtype = _load_full_model(start_path, trust_remote_code)
+        logger.info("fully fine-tuning %s (float32 weights)", start_path)
+        model = load_model(start_path, dtype=dtype, policy=TRAINED_WEIGHTS, trust_remote_code=trust_remote_code)
+        stored_dtype = saved_dtype(dtype, start_path, trust_remote_code)
     examples = [
         to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
         for record in iter_jsonl(sft_data_path)
@@ -304,15 +299,21 @@ def launch_sft(arguments: dict, *, processes: int, on_cpu: bool, log_path: str |
 
 
 def merge_adapter(
-    *, base_model_path: str, adapter_path: str | Path, output_dir: str | Path, trust_remote_code: bool
+    *, base_model_path: str, adapter_path: str | Path, output_dir: str | Path, dtype: str, trust_remote_code: bool
 ) -> None:
-    """Write base + LoRA as one full checkpoint (``merge_and_unload``), with the tokenizer, atomically."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Write base + LoRA as one full checkpoint (``merge_and_unload``, in float32), saved in the base's dtype
+    (or ``dtype``, model.dtype, when it is not auto), with the tokenizer, atomically."""
+    from snakeskills.models import TRAINED_WEIGHTS, load_model, load_tokenizer, saved_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(base_model_path, dtype="auto", trust_remote_code=trust_remote_code)
-    merged = PeftModel.from_pretrained(model, str(adapter_path)).merge_and_unload()
-    tokenizer = AutoTokenizer.from_pretrained(adapter_path)
+    model = load_model(
+        base_model_path,
+        dtype=dtype,
+        policy=TRAINED_WEIGHTS,
+        trust_remote_code=trust_remote_code,
+        adapter_path=adapter_path,
+    )
+    merged = model.merge_and_unload().to(saved_dtype(dtype, base_model_path, trust_remote_code))
+    tokenizer = load_tokenizer(adapter_path, trust_remote_code=trust_remote_code)
     with atomic_directory(output_dir) as staging:
         merged.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -130,6 +130,8 @@ def build_and_bootstrap(
         },
         seed=seed,
         threads=threads,
+        processes=1,
+        distributed="ddp",
         callbacks=[stopper],
         **training,
     )

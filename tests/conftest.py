@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -13,6 +15,53 @@ from snakeskills.workflow import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+
+
+@functools.cache
+def _validated_default() -> dict:
+    from snakeskills.plan import default_config
+
+    return default_config()
+
+
+def training_section(**overrides) -> dict:
+    """The embedded default's ``sft.training`` (every key the schema fills) with ``overrides``."""
+    return {**default_section("sft", "training"), **overrides}
+
+
+def default_section(*keys: str) -> dict:
+    """A section of the embedded default config, validated (the schema's defaults filled), as a copy."""
+    section = _validated_default()
+    for key in keys:
+        section = section[key]
+    return copy.deepcopy(section)
+
+
+def generation_section(**overrides) -> dict:
+    """The embedded default's ``generation`` section with ``overrides``, validated again: the schema fills the
+    defaults of what the overrides add (an ``openai`` section, say), as the workflow would."""
+    from snakeskills.plan import prepare_config
+
+    config = copy.deepcopy(_validated_default())
+    config["generation"].update(overrides)
+    prepare_config(config)
+    return config["generation"]
+
+
+def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
+    """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
+    from snakeskills.backends import build_backend, local_backend_options
+
+    section = generation_section(backend="hf", **generation)
+    model = {"dtype": dtype, "trust_remote_code": False}
+    return build_backend("hf", **local_backend_options(section, model, str(model_path), adapter_path, threads))
+
+
+def openai_backend(**openai):
+    """An openai backend from a validated ``generation.openai`` section (``base_url``, ``model``, ...)."""
+    from snakeskills.backends import build_backend
+
+    return build_backend("openai", **generation_section(backend="openai", openai=openai)["openai"])
 
 
 def shrunk_default_config(split_sizes: dict[str, int]) -> dict:
@@ -120,17 +169,17 @@ def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_le
 
     from snakeskills.training import sft_trainer
 
+    training = {**default_section("sft", "training"), "num_epochs": 1, "learning_rate": 1e-4, "batch_size": 1}
     trainer, _ = sft_trainer(
         AutoModelForCausalLM.from_pretrained(model_path),
         AutoTokenizer.from_pretrained(model_path),
         examples,
         output_dir=workdir / "trainer",
         run_identity={},
-        num_epochs=1,
-        learning_rate=1e-4,
-        batch_size=settings.pop("batch_size", 1),
         seed=0,
-        max_length=max_length,
-        **settings,
+        threads=1,
+        processes=settings.pop("processes", 1),
+        distributed="ddp",
+        **{**training, "max_length": max_length, **settings},
     )
     return [trainer.train_dataset[index] for index in range(len(trainer.train_dataset))], trainer

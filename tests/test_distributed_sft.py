@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_snakemake, shrunk_default_config, write_config
+from conftest import hf_backend, run_snakemake, shrunk_default_config, training_section, write_config
 
 from snakeskills.backends import SamplingParams, build_request
-from snakeskills.backends.hf import HFBackend
 from snakeskills.io import write_jsonl
 from snakeskills.sft import launch_sft
 
@@ -31,10 +30,11 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
         "sft_data_path": str(tmp_path / "data.jsonl"),
         "output_dir": str(output),
         "lora": None,
-        "training": {"num_epochs": 8, "learning_rate": 1e-2, "batch_size": 16, "max_length": 16},
+        "training": training_section(num_epochs=8, learning_rate=1e-2, batch_size=16, max_length=16),
         "chat_template": False,
         "seed": 0,
         "threads": 1,
+        "dtype": "auto",
         "trust_remote_code": False,
     }
     log = tmp_path / "sft.log"
@@ -43,7 +43,7 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
     assert metrics["processes"] == 2 and metrics["global_step"] == 32 and metrics["method"] == "full"
     assert sorted(path.name for path in output.parent.iterdir()) == ["checkpoint"], "no staging or trainer folder"
     assert log.read_text().count("fully fine-tuning") == 2, "both processes trained"
-    backend = HFBackend(model_path=str(output), device="cpu", batch_size=4)
+    backend = hf_backend(str(output), device="cpu", batch_size=4)
     prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
     requests = [build_request(backend, prompt, {"problem": f"{i}+{i}"}, 0) for i in range(4)]
     greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2)
@@ -59,10 +59,11 @@ def test_a_failing_process_fails_the_job_with_its_log(tiny_checkpoint, tmp_path)
         "sft_data_path": str(tmp_path / "missing.jsonl"),
         "output_dir": str(tmp_path / "adapter"),
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
-        "training": {"num_epochs": 1, "learning_rate": 1e-3, "batch_size": 4, "max_length": 16},
+        "training": training_section(num_epochs=1, learning_rate=1e-3, batch_size=4, max_length=16),
         "chat_template": False,
         "seed": 0,
         "threads": 1,
+        "dtype": "auto",
         "trust_remote_code": False,
     }
     with pytest.raises(SnakeskillsError, match="the 2 training processes failed"):

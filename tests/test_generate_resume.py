@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 import pytest
+from conftest import hf_backend
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -20,9 +21,8 @@ SAMPLING = SamplingParams(temperature=1.0, top_p=0.9, top_k=0, max_new_tokens=6)
 
 @pytest.fixture(scope="module")
 def backend(tiny_checkpoint):
-    from snakeskills.backends.hf import HFBackend
 
-    return HFBackend(model_path=str(tiny_checkpoint), batch_size=7, threads=1)
+    return hf_backend(str(tiny_checkpoint), batch_size=7, threads=1)
 
 
 @pytest.fixture()
@@ -38,7 +38,6 @@ def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=S
         backend=backend,
         prepared_path=prepared,
         output_path=output,
-        done_path=f"{output}.done",
         chunk_index=chunk_index,
         num_chunks=num_chunks,
         random_seed=3,
@@ -53,7 +52,6 @@ def test_resumed_chunk_equals_uninterrupted_and_redoes_only_missing_rows(backend
     reference = tmp_path / "reference.jsonl"
     counts = _generate(backend, prepared, reference)
     assert counts == {"rows": 40, "resumed_rows": 0, "generated_rows": 40}
-    assert (tmp_path / "reference.jsonl.done").exists()
     assert not progress_path_for(reference).exists()
 
     # a job killed after two flushes leaves 20 rows in its progress file, under its fingerprint

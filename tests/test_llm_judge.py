@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import hf_backend
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -59,9 +60,8 @@ def test_certain_judgements_skip_the_model():
 
 @pytest.fixture(scope="module")
 def backend(tiny_checkpoint):
-    from snakeskills.backends.hf import HFBackend
 
-    return HFBackend(model_path=str(tiny_checkpoint), batch_size=8, threads=1)
+    return hf_backend(str(tiny_checkpoint), batch_size=8, threads=1)
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, dry_run_counts
+from conftest import DEFAULT_CONFIG, dry_run_counts, generation_section, hf_backend
 
 from snakeskills.backends import SamplingParams, build_request
 
@@ -36,19 +36,22 @@ def adapter(tiny_checkpoint, tmp_path):
 
 
 def test_merged_checkpoint_generates_like_base_plus_adapter(tiny_checkpoint, adapter, tmp_path):
-    from snakeskills.backends.hf import HFBackend
     from snakeskills.sft import merge_adapter
 
     merged = tmp_path / "merged"
     merge_adapter(
-        base_model_path=str(tiny_checkpoint), adapter_path=adapter, output_dir=merged, trust_remote_code=False
+        base_model_path=str(tiny_checkpoint),
+        adapter_path=adapter,
+        output_dir=merged,
+        dtype="auto",
+        trust_remote_code=False,
     )
     assert (merged / "config.json").exists() and not (merged / "adapter_config.json").exists()
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=6)
-    with_adapter = HFBackend(model_path=str(tiny_checkpoint), adapter_path=str(adapter), device="cpu", threads=1)
+    with_adapter = hf_backend(str(tiny_checkpoint), adapter_path=str(adapter), device="cpu", threads=1)
     requests = [build_request(with_adapter, PROMPT, {"problem": f"{a}+{a}"}, a) for a in range(8)]
-    full = HFBackend(model_path=str(merged), device="cpu", threads=1)
-    plain = HFBackend(model_path=str(tiny_checkpoint), device="cpu", threads=1)
+    full = hf_backend(str(merged), device="cpu", threads=1)
+    plain = hf_backend(str(tiny_checkpoint), device="cpu", threads=1)
     assert full.generate(requests, sampling) == with_adapter.generate(requests, sampling)
     assert plain.generate(requests, sampling) != with_adapter.generate(requests, sampling)
 
@@ -68,9 +71,12 @@ def test_merge_option_plans_one_merge_per_round(tmp_path):
     reason="vllm is not installed: it is an optional extra for GPU nodes (pip install -e '.[vllm]')",
 )
 def test_vllm_backend_generates_with_per_request_seeds(tiny_checkpoint):
-    from snakeskills.backends.vllm import VLLMBackend
+    from snakeskills.backends import build_backend, local_backend_options
 
-    backend = VLLMBackend(model_path=str(tiny_checkpoint), gpu_memory_utilization=0.3, enforce_eager=True)
+    vllm = {**generation_section(backend="vllm")["vllm"], "gpu_memory_utilization": 0.3, "enforce_eager": True}
+    generation = generation_section(backend="vllm", vllm=vllm)
+    model = {"dtype": "auto", "trust_remote_code": False}
+    backend = build_backend("vllm", **local_backend_options(generation, model, str(tiny_checkpoint), None, 1))
     requests = [build_request(backend, PROMPT, {"problem": f"{a}+{a}"}, a) for a in range(4)]
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
     first, again = backend.generate(requests, sampling), backend.generate(list(reversed(requests)), sampling)

@@ -7,9 +7,9 @@ import stat
 import time
 
 import pytest
+from conftest import hf_backend
 
 from snakeskills.backends import GenerationRequest, SamplingParams
-from snakeskills.backends.hf import HFBackend
 from snakeskills.backends.model_server import SharedModelBackend, private_directory, server_paths
 from snakeskills.errors import SnakeskillsError
 
@@ -30,6 +30,7 @@ def shared(tiny_checkpoint, directory, chat_template=False, **overrides):
         "device": "cpu",
         "batch_size": 4,
         "threads": 1,
+        "compile": False,
     }
     settings = {"idle_seconds": 3, "jobs_per_load": 64, **overrides}
     return SharedModelBackend(
@@ -48,7 +49,7 @@ def directory(tmp_path):
 def test_jobs_share_one_load_and_get_the_same_samples_as_a_direct_load(tiny_checkpoint, directory, caplog):
     import logging
 
-    direct = HFBackend(model_path=str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
+    direct = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
     expected = direct.generate(
         [
             GenerationRequest(seed=i, prompt_token_ids=tuple(direct.tokenizer(m[0]["content"])["input_ids"]))
@@ -94,7 +95,7 @@ def test_the_server_builds_model_input_as_a_direct_load_does(tiny_checkpoint, di
     ``prompts.encode_messages``'s, as in every other path: its samples equal a direct load's."""
     from snakeskills.prompts import encode_messages
 
-    direct = HFBackend(model_path=str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
+    direct = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
     direct_requests = []
     for index, messages in enumerate(MESSAGES):
         ids = encode_messages(list(messages), chat_template=True, tokenizer=direct.tokenizer)

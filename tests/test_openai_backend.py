@@ -13,11 +13,10 @@ import logging
 import threading
 
 import pytest
+from conftest import hf_backend, openai_backend
 from servers import TransformersServer
 
 from snakeskills.backends import SamplingParams
-from snakeskills.backends.hf import HFBackend
-from snakeskills.backends.openai import OpenAIBackend
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import generate_chunk
@@ -47,7 +46,6 @@ def _generate(backend, prepared, output, rows_per_flush=4):
         backend=backend,
         prepared_path=prepared,
         output_path=output,
-        done_path=f"{output}.done",
         chunk_index=0,
         num_chunks=1,
         random_seed=0,
@@ -60,10 +58,10 @@ def _generate(backend, prepared, output, rows_per_flush=4):
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_openai_backend_writes_the_same_fields_as_hf(server, tiny_checkpoint, prepared, tmp_path, api):
-    backend = OpenAIBackend(base_url=server.base_url, model=str(tiny_checkpoint), api=api, max_concurrency=4)
+    backend = openai_backend(base_url=server.base_url, model=str(tiny_checkpoint), api=api, max_concurrency=4)
     counts = _generate(backend, prepared, tmp_path / "openai.jsonl")
     assert counts == {"rows": 12, "resumed_rows": 0, "generated_rows": 12}
-    _generate(HFBackend(model_path=str(tiny_checkpoint), batch_size=4), prepared, tmp_path / "hf.jsonl")
+    _generate(hf_backend(str(tiny_checkpoint), batch_size=4), prepared, tmp_path / "hf.jsonl")
     openai_rows, hf_rows = read_jsonl(tmp_path / "openai.jsonl"), read_jsonl(tmp_path / "hf.jsonl")
     assert [list(row) for row in openai_rows] == [list(row) for row in hf_rows]
     assert [row["id"] for row in openai_rows] == [row["id"] for row in hf_rows]
@@ -76,7 +74,7 @@ def test_openai_backend_writes_the_same_fields_as_hf(server, tiny_checkpoint, pr
 def test_server_stopping_mid_run_fails_cleanly_and_rerun_completes(tiny_checkpoint, prepared, tmp_path):
     stoppable = TransformersServer(tiny_checkpoint).start()
     try:
-        backend = OpenAIBackend(
+        backend = openai_backend(
             base_url=stoppable.base_url,
             model=str(tiny_checkpoint),
             api="completions",
@@ -151,7 +149,7 @@ def test_context_length_error_is_a_soft_failure_and_the_key_stays_secret(prepare
     monkeypatch.setenv("SNAKESKILLS_TEST_KEY", secret)
     try:
         with caplog.at_level(logging.DEBUG):
-            backend = OpenAIBackend(
+            backend = openai_backend(
                 base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
                 model="stub",
                 api="completions",
@@ -172,7 +170,7 @@ def test_context_length_error_is_a_soft_failure_and_the_key_stays_secret(prepare
 def test_missing_api_key_variable_names_it(monkeypatch):
     monkeypatch.delenv("SNAKESKILLS_MISSING_KEY", raising=False)
     with pytest.raises(SnakeskillsError, match="SNAKESKILLS_MISSING_KEY"):
-        OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="SNAKESKILLS_MISSING_KEY")
+        openai_backend(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="SNAKESKILLS_MISSING_KEY")
 
 
 def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path):
@@ -202,7 +200,7 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
             "chat_template": False,
         }
     )
-    backend = OpenAIBackend(base_url=server.base_url, model=str(tiny_checkpoint), api="chat", max_concurrency=3)
+    backend = openai_backend(base_url=server.base_url, model=str(tiny_checkpoint), api="chat", max_concurrency=3)
     counts = llm_judge_chunk(
         backend=backend,
         judged_path=judged,

@@ -13,11 +13,10 @@ import types
 
 import pytest
 import torch
-from conftest import sft_training_rows
+from conftest import hf_backend, openai_backend, sft_training_rows, training_section
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
-from snakeskills.backends.hf import HFBackend
 from snakeskills.prompts import build_messages, model_input_ids, resolve_prompt
 from snakeskills.sft import to_prompt_completion
 from snakeskills.tiny_model import build_char_tokenizer
@@ -41,7 +40,7 @@ def tokenizer(smollm2):
 
 @pytest.fixture(scope="module")
 def backend(smollm2):
-    return HFBackend(model_path=str(smollm2), device="cpu", dtype="float32", batch_size=4, threads=2)
+    return hf_backend(str(smollm2), device="cpu", dtype="float32", batch_size=4, threads=2)
 
 
 def requests_for(backend, prompt, problems=PROBLEMS):
@@ -68,7 +67,7 @@ def test_llama3_like_tokenizer_gets_one_bos_in_every_path(tiny_checkpoint):
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     bos = tokenizer.bos_token_id
     assert tokenizer("1+1")["input_ids"][0] == bos and build_char_tokenizer().chat_template.startswith("{{ bos_token")
-    backend = HFBackend(model_path=str(tiny_checkpoint), device="cpu", threads=1)
+    backend = hf_backend(str(tiny_checkpoint), device="cpu", threads=1)
     for chat_template in (True, False):
         prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": chat_template, "stop": []}
         generation_ids = build_request(backend, prompt, {"problem": "1+1"}, 0).prompt_token_ids
@@ -160,7 +159,7 @@ def test_checkpoint_generation_config_never_changes_our_sampling(smollm2, tmp_pa
     assert plain_outputs[0] != plain_outputs[1]
 
     # ...but not what the backend generates: greedy stays greedy, and a row's seed alone decides its sample
-    altered_backend = HFBackend(model_path=str(altered), device="cpu", dtype="float32", batch_size=4, threads=2)
+    altered_backend = hf_backend(str(altered), device="cpu", dtype="float32", batch_size=4, threads=2)
     for sampling in (GREEDY, SAMPLED):
         assert altered_backend.generate(requests_for(altered_backend, prompt), sampling) == backend.generate(
             requests_for(backend, prompt), sampling
@@ -218,7 +217,7 @@ def test_compiled_decoding_step_gives_the_eager_loops_tokens(smollm2, backend):
     """generation.compile: a static KV cache and a torch.compile'd step (inductor on this CPU; CUDA graphs on
     a GPU, not available here) give every row the eager loop's tokens. Finished rows still leave the batch,
     in power-of-two batch shapes, so that a job's batches share a few compiled graphs."""
-    compiled = HFBackend(model_path=str(smollm2), device="cpu", dtype="float32", batch_size=8, threads=2, compile=True)
+    compiled = hf_backend(str(smollm2), device="cpu", dtype="float32", batch_size=8, threads=2, compile=True)
     shapes = []
     step = compiled._compiled_step
     compiled._compiled_step = lambda input_ids, *rest: (shapes.append(tuple(input_ids.shape)), step(input_ids, *rest))[
@@ -279,7 +278,6 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
     from safetensors.torch import load_file
     from servers import TransformersServer
 
-    from snakeskills.backends.openai import OpenAIBackend
     from snakeskills.io import write_jsonl
     from snakeskills.sft import train_sft
 
@@ -302,10 +300,11 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
         sft_data_path=tmp_path / "data.jsonl",
         output_dir=output,
         lora=None,
-        training={"num_epochs": 12, "learning_rate": 1e-4, "batch_size": 8, "max_length": 128},
+        training=training_section(num_epochs=12, learning_rate=1e-4, batch_size=8, max_length=128),
         chat_template=True,
         seed=0,
         threads=2,
+        dtype="auto",
         trust_remote_code=False,
     )
     assert metrics["method"] == "full" and metrics["global_step"] == 12 and metrics["saved_dtype"] == "bfloat16"
@@ -317,19 +316,19 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
     assert tuned_tokenizer.eos_token == "<|im_end|>"
 
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=12)
-    tuned = HFBackend(model_path=str(output), device="cpu", dtype="auto", batch_size=8, threads=2)
+    tuned = hf_backend(str(output), device="cpu", dtype="auto", batch_size=8, threads=2)
     assert tuned.model.dtype == torch.bfloat16 and not hasattr(tuned.model, "peft_config")
     requests = [build_request(tuned, prompt, {"problem": str(number)}, 0) for number in range(len(CODE_WORDS))]
     answers = [result.generation for result in tuned.generate(requests, sampling)]
     learned = sum(answer == f"The code word is {word}." for answer, word in zip(answers, CODE_WORDS, strict=True))
     assert learned >= 6, answers
-    base = HFBackend(model_path=str(smollm2), device="cpu", dtype="auto", batch_size=8, threads=2)
+    base = hf_backend(str(smollm2), device="cpu", dtype="auto", batch_size=8, threads=2)
     base_answers = [result.generation for result in base.generate(requests, sampling)]
     assert not any(word in answer for answer, word in zip(base_answers, CODE_WORDS, strict=True)), base_answers
 
     server = TransformersServer(output).start()
     try:
-        served = OpenAIBackend(base_url=server.base_url, model=str(output), api="chat", max_concurrency=4)
+        served = openai_backend(base_url=server.base_url, model=str(output), api="chat", max_concurrency=4)
         served_requests = [build_request(served, prompt, {"problem": str(number)}, 0) for number in range(4)]
         served_answers = [result.generation for result in served.generate(served_requests, sampling)]
     finally:

@@ -13,19 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import training_section
 
 from snakeskills.io import write_jsonl
 from snakeskills.sft import train_sft
 
-TRAINING = {
-    "num_epochs": 3,
-    "learning_rate": 1e-3,
-    "batch_size": 4,
-    "max_length": 32,
-    "weight_decay": 0.0,
-    "warmup_steps": 0,
-    "checkpoint_steps": 20,
-}
+TRAINING = training_section(
+    num_epochs=3, learning_rate=1e-3, batch_size=4, max_length=32, weight_decay=0.0, warmup_steps=0, checkpoint_steps=20
+)
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"}
 
 
@@ -57,6 +52,7 @@ def _arguments(tiny_checkpoint, sft_data, output_dir, method) -> dict:
         "chat_template": False,
         "seed": 0,
         "threads": 1,
+        "dtype": "auto",
         "trust_remote_code": False,
     }
 

@@ -165,7 +165,14 @@ def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text("{}")
     command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
-    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=clean_environment(), timeout=300)
+    # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
+    login_node = tmp_path / "login-node-bin"
+    login_node.mkdir()
+    (login_node / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (login_node / "sbatch").chmod(0o755)
+    environment = clean_environment()
+    environment["PATH"] = f"{login_node}:{environment['PATH']}"
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment, timeout=300)
     output = process.stdout + process.stderr
     assert process.returncode == 0, output[-5000:]
     counts = job_counts(output)

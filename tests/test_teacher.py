@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import planned_jobs, run_snakemake, shrunk_default_config, write_config
+from conftest import planned_jobs, run_snakemake, shrunk_default_config, training_section, write_config
 
 from snakeskills.summarize import format_comparison
 
@@ -138,10 +138,11 @@ def arithmetic_teacher(smollm2) -> Path:
         sft_data_path=data,
         output_dir=folder,
         lora=None,
-        training=TEACHER_RECIPE["training"],
+        training=training_section(**TEACHER_RECIPE["training"]),
         chat_template=True,
         seed=0,
         threads=os.cpu_count(),
+        dtype="auto",
         trust_remote_code=False,
     )
     data.unlink()

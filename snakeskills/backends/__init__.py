@@ -144,7 +144,7 @@ def backend_from_config(
         return build_backend(name, **generation["openai"])
     share = generation["share_model"]
     if not share["enabled"]:
-        return build_backend(name, **_local_backend_options(generation, model, model_path, adapter_path, threads))
+        return build_backend(name, **local_backend_options(generation, model, model_path, adapter_path, threads))
     import os
 
     from snakeskills.backends.model_server import default_directory
@@ -153,7 +153,7 @@ def backend_from_config(
     return build_backend(
         "shared",
         backend=name,
-        options=_local_backend_options(generation, model, model_path, adapter_path, server_threads),
+        options=local_backend_options(generation, model, model_path, adapter_path, server_threads),
         chat_template=chat_template,
         directory=share["directory"] or default_directory(),
         idle_seconds=share["idle_seconds"],
@@ -161,7 +161,7 @@ def backend_from_config(
     )
 
 
-def _local_backend_options(generation: dict, model: dict, model_path: str, adapter_path: str | None, threads: int):
+def local_backend_options(generation: dict, model: dict, model_path: str, adapter_path: str | None, threads: int):
     common = {
         "model_path": model_path,
         "adapter_path": adapter_path,

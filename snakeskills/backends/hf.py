@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-from pathlib import Path
 
 from snakeskills.backends import (
     GenerationRequest,
@@ -39,23 +38,13 @@ def resolve_device(device: str) -> str:
 def load_model_and_tokenizer(
     model_path: str, *, adapter_path: str | None, device: str, dtype: str, trust_remote_code: bool
 ):
-    """Load a causal LM (plus an optional LoRA adapter, not merged) the way real checkpoints load."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The model (plus an optional LoRA adapter, not merged) for inference on ``device``, and its tokenizer."""
+    from snakeskills.models import INFERENCE, load_model, load_tokenizer
 
-    if not Path(model_path).exists():
-        raise SnakeskillsError(f"model path {model_path!r} does not exist (config: model.path)")
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code)
-    if adapter_path is not None:
-        from peft import PeftModel
-
-        if not Path(adapter_path).exists():
-            raise SnakeskillsError(f"adapter path {adapter_path!r} does not exist")
-        model = PeftModel.from_pretrained(model, adapter_path)
+    tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
+    model = load_model(
+        model_path, dtype=dtype, policy=INFERENCE, trust_remote_code=trust_remote_code, adapter_path=adapter_path
+    )
     model.to(device)
     model.eval()
     return model, tokenizer
@@ -221,13 +210,13 @@ class HFBackend:
         self,
         *,
         model_path: str,
-        adapter_path: str | None = None,
-        device: str = "auto",
-        dtype: str = "auto",
-        batch_size: int = 32,
-        trust_remote_code: bool = False,
-        threads: int = 1,
-        compile: bool = False,
+        adapter_path: str | None,
+        device: str,
+        dtype: str,
+        batch_size: int,
+        trust_remote_code: bool,
+        threads: int,
+        compile: bool,
     ):
         import torch
 

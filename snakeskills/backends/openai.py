@@ -38,13 +38,13 @@ class OpenAIBackend:
         *,
         base_url: str,
         model: str,
-        api: str = "chat",
-        api_key_env: str | None = None,
-        max_concurrency: int = 16,
-        max_retries: int = 5,
-        retry_initial_seconds: float = 1.0,
-        request_timeout_seconds: float = 600.0,
-        tokenizer_path: str | None = None,
+        api: str,
+        api_key_env: str | None,
+        max_concurrency: int,
+        max_retries: int,
+        retry_initial_seconds: float,
+        request_timeout_seconds: float,
+        tokenizer_path: str | None,
     ):
         try:
             import openai

@@ -23,14 +23,14 @@ class VLLMBackend:
         self,
         *,
         model_path: str,
-        adapter_path: str | None = None,
-        dtype: str = "auto",
-        trust_remote_code: bool = False,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        max_lora_rank: int = 64,
-        enforce_eager: bool = False,
+        adapter_path: str | None,
+        dtype: str,
+        trust_remote_code: bool,
+        tensor_parallel_size: int,
+        gpu_memory_utilization: float,
+        max_model_len: int | None,
+        max_lora_rank: int,
+        enforce_eager: bool,
     ):
         try:
             from vllm import LLM
