@@ -75,6 +75,35 @@ def test_a_job_without_gpus_sees_none_and_slurm_allocations_stay(monkeypatch, tm
     assert not list(tmp_path.glob("gpu-*.lock"))  # SLURM assigned it: nothing claimed here
 
 
+def test_a_pinned_device_takes_that_gpus_claim_and_keeps_the_devices_it_sees(monkeypatch, tmp_path):
+    """hf `device: cuda:1`: the job waits for GPU 1's claim (another job may hold it) and still sees both GPUs,
+    so that cuda:1 names the same device; a job claiming any free GPU then gets the other one."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    assert claim_gpus(1, tmp_path, pinned=1) == ["7"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert claim_gpus(1, tmp_path) == ["6"], "GPU 7 is held by the pinned job"
+    gpus._held.pop(0).close()  # the pinned job ends; GPU 7 is free again
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    with pytest.raises(SnakeskillsError, match=r"generation.device is cuda:2 but the node has 2 GPU"):
+        claim_gpus(1, tmp_path, pinned=2)
+
+
+def test_a_pinned_device_waits_while_another_job_holds_it(monkeypatch, tmp_path):
+    import threading
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert claim_gpus(1, tmp_path) == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    claimed = []
+    waiter = threading.Thread(target=lambda: claimed.append(claim_gpus(1, tmp_path, poll_seconds=0.05, pinned=0)))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not claimed, "GPU 0 is held: the pinned job waits instead of sharing it"
+    gpus._held.pop(0).close()
+    waiter.join(5)
+    assert claimed == [["0"]]
+
+
 def test_more_gpus_than_the_node_has_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(SnakeskillsError, match=r"declares gpu=2 but the node has 1 GPU"):

@@ -134,14 +134,17 @@ def backend_from_config(
     the jobs on this node (the "shared" backend, ``snakeskills.backends.model_server``) instead of by this
     process.
     """
+    from snakeskills.backends.specs import backend_spec
+
     name = generation["backend"]
-    if name == "openai":
-        if adapter_path is not None:
-            raise SnakeskillsError(
-                "generation.backend: the openai backend cannot load LoRA adapters, so it cannot evaluate tuned "
-                "models; use hf or vllm for generation, and openai for API models or the LLM judge"
-            )
-        return build_backend(name, **generation["openai"])
+    spec = backend_spec(generation)
+    if adapter_path is not None and not spec.supports_adapters:
+        raise SnakeskillsError(
+            f"generation.backend: the {name} backend cannot load LoRA adapters, so it cannot evaluate tuned "
+            "models; use hf or vllm for generation, and openai for API models, a teacher or the LLM judge"
+        )
+    if not spec.needs_local_model:
+        return build_backend(name, **generation[name])
     share = generation["share_model"]
     if not share["enabled"]:
         return build_backend(name, **local_backend_options(generation, model, model_path, adapter_path, threads))
