@@ -9,7 +9,6 @@ from snakemake.utils import min_version
 
 from snakeskills.data.prepare import local_source_files
 from snakeskills.gpus import planning_for_gpu_nodes
-from snakeskills.backends.specs import backend_spec
 from snakeskills.plan import (
     Layout,
     Plan,
@@ -41,30 +40,30 @@ def gpus_available():
     return GPU_NODES or workflow.non_local_exec
 
 
-# Path patterns: every file the workflow writes, built from wildcards only.
-LAYOUT = Layout(str(RESULTS))
+# Path patterns: every file the workflow writes, built from wildcards only (snakeskills.plan.Layout), under
+# the names the rules use.
+LAYOUT = Layout.under(RESULTS)
 PLAN = Plan(config, LAYOUT)
 PREPARED = LAYOUT.prepared
 CHECKPOINT = LAYOUT.checkpoint
 ADAPTER = LAYOUT.adapter
 MERGED_MODEL = LAYOUT.merged_model
 GENERATION_SETTINGS = LAYOUT.generation_settings
+LLM_JUDGE_SETTINGS = LAYOUT.llm_judge_settings
+GENERATED = LAYOUT.generated
+JUDGED_CHUNK = LAYOUT.judged_chunk
+LLM_JUDGED_CHUNK = LAYOUT.llm_judged_chunk
 JUDGED = LAYOUT.judged
 METRICS = LAYOUT.metrics
+METRICS_TABLE = LAYOUT.metrics_table
+SFT_DATA = LAYOUT.sft_data
 SFT_STATS = LAYOUT.sft_stats
+SFT_ALPACA = LAYOUT.sft_alpaca
+SFT_DATASET_INFO = LAYOUT.sft_dataset_info
+SUMMARY = LAYOUT.summary
+SUMMARY_TABLE = LAYOUT.summary_table
+PLOT = LAYOUT.plot
 SFT_OUTPUT = PLAN.sft_output
-CHUNK = "{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl"
-GENERATED = str(RESULTS / "generate" / CHUNK)
-JUDGED_CHUNK = str(RESULTS / "judge" / CHUNK)
-LLM_JUDGED_CHUNK = str(RESULTS / "judge-llm" / CHUNK)
-LLM_JUDGE_SETTINGS = str(RESULTS / "settings/llm_judge.json")
-METRICS_TABLE = str(RESULTS / "metrics/{model}/{benchmark}/{split}/metrics.txt")
-SFT_DATA = str(RESULTS / "sft/{model}/data.jsonl")
-SFT_ALPACA = str(RESULTS / "sft/{model}/alpaca.json")
-SFT_DATASET_INFO = str(RESULTS / "sft/{model}/dataset_info.json")
-SUMMARY = str(RESULTS / "eval/summary.json")
-SUMMARY_TABLE = str(RESULTS / "eval/summary.txt")
-PLOT = str(RESULTS / "report/{plot}.png")
 LOGS = RESULTS / "logs"
 REPORT_PLOTS = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"]
 
@@ -111,8 +110,10 @@ def benchmark_source_files(wildcards):
 
 def tiny_model_inputs(wildcards):
     tiny = config["tiny_model"]
-    split = lambda key: PREPARED.format(benchmark=tiny["bootstrap_benchmark"], split=tiny[key])
-    return {"bootstrap": split("bootstrap_split"), "validation": split("validation_split")}
+    return {
+        name: PREPARED.format(benchmark=tiny["bootstrap_benchmark"], split=tiny[f"{name}_split"])
+        for name in ("bootstrap", "validation")
+    }
 
 
 def generation_model_inputs(wildcards):
@@ -148,11 +149,10 @@ def generation_job_gpus(wildcards):
 
 
 def llm_judge_gpus(wildcards):
-    generation = PLAN.llm_judge_generation()
-    return backend_spec(generation).job_gpus(generation, gpus_available())
+    return PLAN.llm_judge_gpus(gpus_available())
 
 
-LLM_JUDGE_ENV = backend_spec(PLAN.llm_judge_generation()).conda_env
+LLM_JUDGE_ENV = PLAN.llm_judge_env()
 
 
 def sft_gpus(wildcards):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from snakeskills.backends.specs import backend_spec
@@ -224,47 +224,38 @@ def training_processes(config: dict, gpus_available: bool) -> int:
 # ---------------------------------------------------------------- layout
 
 
+CHUNK = "{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Every file the workflow writes, as a pattern of wildcards under one results folder."""
+    """Every file the workflow writes, as a pattern of wildcards; ``under(results)`` puts them in one results
+    folder (the defaults here are relative to it)."""
 
-    results: str
+    prepared: str = "data/{benchmark}/{split}.jsonl"
+    # a full checkpoint: the built tiny base model or a round's full fine-tune (sft.method full)
+    checkpoint: str = "models/{model}/checkpoint"
+    adapter: str = "models/{model}/adapter"
+    merged_model: str = "models/{model}/merged"
+    generation_settings: str = "settings/generate/{model}/{benchmark}/{split}.json"
+    llm_judge_settings: str = "settings/llm_judge.json"
+    generated: str = f"generate/{CHUNK}"
+    judged_chunk: str = f"judge/{CHUNK}"
+    llm_judged_chunk: str = f"judge-llm/{CHUNK}"
+    judged: str = "judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl"
+    metrics: str = "metrics/{model}/{benchmark}/{split}/metrics.json"
+    metrics_table: str = "metrics/{model}/{benchmark}/{split}/metrics.txt"
+    sft_data: str = "sft/{model}/data.jsonl"
+    sft_stats: str = "sft/{model}/stats.json"
+    sft_alpaca: str = "sft/{model}/alpaca.json"
+    sft_dataset_info: str = "sft/{model}/dataset_info.json"
+    summary: str = "eval/summary.json"
+    summary_table: str = "eval/summary.txt"
+    plot: str = "report/{plot}.png"
 
-    def _under(self, pattern: str) -> str:
-        return str(Path(self.results) / pattern)
-
-    @property
-    def prepared(self) -> str:
-        return self._under("data/{benchmark}/{split}.jsonl")
-
-    @property
-    def checkpoint(self) -> str:
-        """A full checkpoint: the built tiny base model or a round's full fine-tune (sft.method full)."""
-        return self._under("models/{model}/checkpoint")
-
-    @property
-    def adapter(self) -> str:
-        return self._under("models/{model}/adapter")
-
-    @property
-    def merged_model(self) -> str:
-        return self._under("models/{model}/merged")
-
-    @property
-    def generation_settings(self) -> str:
-        return self._under("settings/generate/{model}/{benchmark}/{split}.json")
-
-    @property
-    def judged(self) -> str:
-        return self._under("judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl")
-
-    @property
-    def metrics(self) -> str:
-        return self._under("metrics/{model}/{benchmark}/{split}/metrics.json")
-
-    @property
-    def sft_stats(self) -> str:
-        return self._under("sft/{model}/stats.json")
+    @classmethod
+    def under(cls, results: str | Path) -> Layout:
+        return cls(**{field.name: str(Path(results) / field.default) for field in fields(cls)})
 
 
 # ---------------------------------------------------------------- the plan
@@ -405,6 +396,13 @@ class Plan:
         (its rule then plans no job, but still names an env)."""
         llm = self.config["judge"]["llm"]
         return llm["generation"] if llm is not None else self.config["generation"]
+
+    def llm_judge_gpus(self, gpus_available: bool) -> int:
+        generation = self.llm_judge_generation()
+        return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def llm_judge_env(self) -> str:
+        return backend_spec(self.llm_judge_generation()).conda_env
 
     # ---- which files each step reads
 

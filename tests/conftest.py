@@ -64,6 +64,23 @@ def openai_backend(**openai):
     return build_backend("openai", **generation_section(backend="openai", openai=openai)["openai"])
 
 
+# an address no server listens on: dry runs and plan-time checks never contact a teacher configured with it
+NO_SERVER = "http://127.0.0.1:9/v1"
+
+
+def teacher_section(base_url: str = NO_SERVER, model: str = "teacher-model", **settings) -> dict:
+    """A teacher behind an OpenAI-compatible server, asked in its chat format for the student's answer format."""
+    return {
+        "generation": {
+            "backend": "openai",
+            "openai": {"base_url": base_url, "model": model, "max_concurrency": 1},
+            "sampling": {"temperature": 0.7, "max_new_tokens": 10},
+        },
+        "prompt": {"user": "{problem}=", "chat_template": True},
+        **settings,
+    }
+
+
 def shrunk_default_config(split_sizes: dict[str, int]) -> dict:
     """The embedded default, shrunk for an end-to-end test: these split sizes, 2 seeds of 1 chunk each."""
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, REPO
+from conftest import DEFAULT_CONFIG, NO_SERVER, REPO, teacher_section
 from snakemake.exceptions import WorkflowError
 
 from snakeskills.errors import SnakeskillsError
@@ -27,20 +27,6 @@ from snakeskills.plan import (
 )
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
-# an address no server listens on: nothing here contacts it
-NO_SERVER = "http://127.0.0.1:9/v1"
-
-
-def teacher_section(**settings) -> dict:
-    return {
-        "generation": {
-            "backend": "openai",
-            "openai": {"base_url": NO_SERVER, "model": "teacher-model"},
-            "sampling": {"temperature": 0.7, "max_new_tokens": 10},
-        },
-        "prompt": {"user": "{problem}=", "chat_template": True},
-        **settings,
-    }
 
 
 def checked(mutate=None, *, gpus_available=False, **top) -> dict:
@@ -58,7 +44,7 @@ def checked(mutate=None, *, gpus_available=False, **top) -> dict:
 
 def plan_of(mutate=None, **top) -> Plan:
     config = checked(mutate, **top)
-    return Plan(config, Layout(f"results/{config['experiment']}"))
+    return Plan(config, Layout.under(f"results/{config['experiment']}"))
 
 
 def with_teacher(**settings):
@@ -354,7 +340,7 @@ def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
 def test_gpus_follow_the_backend_and_the_node():
     def gpus(generation):
         config = checked(lambda config: config["generation"].update(generation))
-        return [Plan(config, Layout("r")).generation_gpus("base", available) for available in (False, True)]
+        return [Plan(config, Layout.under("r")).generation_gpus("base", available) for available in (False, True)]
 
     # device auto takes a GPU only where there is one: no `gpu=1` on a machine without
     assert gpus({"device": "auto"}) == [0, 1]

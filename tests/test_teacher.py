@@ -17,26 +17,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import planned_jobs, run_snakemake, shrunk_default_config, training_section, write_config
+from conftest import (
+    NO_SERVER,
+    planned_jobs,
+    run_snakemake,
+    shrunk_default_config,
+    teacher_section,
+    training_section,
+    write_config,
+)
 
 from snakeskills.summarize import format_comparison
 
 RESULTS = "results/teacher"
-# an address no server listens on: dry runs and plan-time checks never contact the teacher
-NO_SERVER = "http://127.0.0.1:9/v1"
-
-
-def teacher_section(base_url: str = NO_SERVER, model: str = "teacher-model", **settings) -> dict:
-    """A teacher behind an OpenAI-compatible server, asked in its chat format for the student's answer format."""
-    return {
-        "generation": {
-            "backend": "openai",
-            "openai": {"base_url": base_url, "model": model, "max_concurrency": 1},
-            "sampling": {"temperature": 0.7, "max_new_tokens": 10},
-        },
-        "prompt": {"user": "{problem}=", "chat_template": True},
-        **settings,
-    }
 
 
 def teacher_config(tmp_path, *, rounds=2, rounds_data="replace", name="config.yaml", split_sizes=None, **teacher):

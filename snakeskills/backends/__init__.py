@@ -40,43 +40,18 @@ class GenerationResult:
     error: str | None = None  # why a soft failure produced no generation (e.g. the prompt is too long)
 
 
-def _build_hf(**options):
-    from snakeskills.backends.hf import HFBackend
-
-    return HFBackend(**options)
-
-
-def _build_openai(**options):
-    from snakeskills.backends.openai import OpenAIBackend
-
-    return OpenAIBackend(**options)
-
-
-def _build_vllm(**options):
-    from snakeskills.backends.vllm import VLLMBackend
-
-    return VLLMBackend(**options)
-
-
-def _build_shared(**options):
-    from snakeskills.backends.model_server import SharedModelBackend
-
-    return SharedModelBackend(**options)
-
-
-# "shared" is an hf or vllm model loaded once per node by a model server (generation.share_model)
-BACKEND_FACTORIES = {"hf": _build_hf, "vllm": _build_vllm, "openai": _build_openai, "shared": _build_shared}
-
-
 def build_backend(name: str, **options):
-    """Instantiate the backend registered under ``name``."""
-    try:
-        factory = BACKEND_FACTORIES[name]
-    except KeyError:
-        raise SnakeskillsError(
-            f"generation.backend: unknown backend {name!r}; known: {sorted(BACKEND_FACTORIES)}"
-        ) from None
-    return factory(**options)
+    """Instantiate the backend ``name``: one of ``specs.BACKENDS``, or "shared" (an hf or vllm model loaded once
+    per node by a model server, generation.share_model)."""
+    from snakeskills.backends.specs import BACKENDS
+
+    if name == "shared":
+        from snakeskills.backends.model_server import SharedModelBackend
+
+        return SharedModelBackend(**options)
+    if name not in BACKENDS:
+        raise SnakeskillsError(f"generation.backend: unknown backend {name!r}; known: {sorted(BACKENDS)}")
+    return BACKENDS[name].build(**options)
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:

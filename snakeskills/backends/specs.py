@@ -1,10 +1,9 @@
-"""What each generation backend needs from the plan, in one place: GPUs per job, conda env, a local model,
-adapter support, and its plan-time checks.
+"""The generation backends, each described once: how to build it, GPUs per job, conda env, whether it needs a
+local model and supports adapters, and its plan-time checks.
 
-``rules/common.smk`` (through ``snakeskills.plan``), ``snakeskills.gpus`` and ``snakeskills.cli`` ask a
-backend's spec instead of testing its name; ``snakeskills.backends.build_backend`` builds it. A generation
-config section (``generation``, ``teacher.generation``, ``judge.llm.generation``) names its backend in
-``backend``.
+``snakeskills.plan`` (and through it rules/common.smk), ``snakeskills.cli`` and
+``snakeskills.backends.build_backend`` ask a backend's spec instead of testing its name. A generation config
+section (``generation``, ``teacher.generation``, ``judge.llm.generation``) names its backend in ``backend``.
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ class BackendSpec:
     job_gpus: Callable[[dict, bool], int]
     # plan-time checks of a section at its config key (e.g. "teacher.generation")
     check: Callable[[dict, str], None]
+    # the backend object from its options (imports its module only when called)
+    build: Callable[..., object]
 
     @property
     def conda_env(self) -> str:
@@ -71,18 +72,44 @@ def _check_openai(generation: dict, key: str) -> None:
         raise SnakeskillsError(f"config key {key}.openai (base_url, model) is required when {key}.backend is openai")
 
 
+def _build_hf(**options):
+    from snakeskills.backends.hf import HFBackend
+
+    return HFBackend(**options)
+
+
+def _build_vllm(**options):
+    from snakeskills.backends.vllm import VLLMBackend
+
+    return VLLMBackend(**options)
+
+
+def _build_openai(**options):
+    from snakeskills.backends.openai import OpenAIBackend
+
+    return OpenAIBackend(**options)
+
+
 BACKENDS = {
-    "hf": BackendSpec("hf", needs_local_model=True, supports_adapters=True, job_gpus=_hf_gpus, check=_check_hf),
+    "hf": BackendSpec(
+        "hf", needs_local_model=True, supports_adapters=True, job_gpus=_hf_gpus, check=_check_hf, build=_build_hf
+    ),
     "vllm": BackendSpec(
         "vllm",
         needs_local_model=True,
         supports_adapters=True,
         job_gpus=lambda generation, _: generation["vllm"]["tensor_parallel_size"],
         check=_check_not_hf,
+        build=_build_vllm,
     ),
     # a server (a vLLM server, transformers serve, an API) does the work: no local model, GPU or adapter
     "openai": BackendSpec(
-        "openai", needs_local_model=False, supports_adapters=False, job_gpus=lambda *_: 0, check=_check_openai
+        "openai",
+        needs_local_model=False,
+        supports_adapters=False,
+        job_gpus=lambda *_: 0,
+        check=_check_openai,
+        build=_build_openai,
     ),
 }
 
