@@ -22,6 +22,7 @@ include: "rules/model.smk"
 include: "rules/generate.smk"
 include: "rules/judge.smk"
 include: "rules/summarize.smk"
+include: "rules/synthesis.smk"
 include: "rules/sft.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
@@ -39,6 +40,8 @@ localrules:
     plot_pass_at_k,
     plot_generation_lengths,
     plot_sft_examples,
+    synthesis_funnel,
+    plot_synthesis_funnel,
 
 
 rule all:

@@ -63,19 +63,33 @@ SFT_DATASET_INFO = LAYOUT.sft_dataset_info
 SUMMARY = LAYOUT.summary
 SUMMARY_TABLE = LAYOUT.summary_table
 PLOT = LAYOUT.plot
+SYNTHESIS_SOURCES = LAYOUT.synthesis_sources
+SYNTHESIS_PROBLEMS = LAYOUT.synthesis_problems
+SYNTHESIZED = LAYOUT.synthesized
+SYNTHESIS_DROPPED = LAYOUT.synthesis_dropped
+SYNTHESIS_FILTER_STATS = LAYOUT.synthesis_filter_stats
+SYNTHESIS_JUDGED = LAYOUT.synthesis_judged
+SYNTHESIS_LABEL_STATS = LAYOUT.synthesis_label_stats
+SYNTHESIS_FUNNEL = LAYOUT.synthesis_funnel
+SYNTHESIS_FUNNEL_TABLE = LAYOUT.synthesis_funnel_table
+SYNTHESIS_REFERENCES = PLAN.synthesis_reference_files()
+SYNTHESIS_STATS = PLAN.synthesis_stats_files()
+SYNTHESIS_RUNS = PLAN.synthesis_runs()
 SFT_OUTPUT = PLAN.sft_output
 LOGS = RESULTS / "logs"
-REPORT_PLOTS = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"]
+REPORT_PLOTS = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"] + (
+    ["synthesis_funnel"] if config["synthesis"] else []
+)
 
 BASE_MODEL = PLAN.base_model
 TUNED_MODELS = PLAN.tuned_models
 EVALUATED_TEACHER = PLAN.evaluated_teacher
 PROMPT = resolve_prompt(config["prompt"])
-TEACHER_PROMPT = resolve_prompt(config["teacher"]["prompt"]) if PLAN.teacher else None
 JUDGE_PROMPT = resolve_prompt(config["judge"]["llm"]["prompt"]) if config["judge"]["llm"] else None
 
 
 wildcard_constraints:
+    round=r"\d+",
     model=r"[A-Za-z0-9._-]+",
     benchmark=r"[A-Za-z0-9._-]+",
     split=r"[A-Za-z0-9._-]+",
@@ -129,23 +143,23 @@ def generation_adapter_path(wildcards):
 
 
 def generation_model_config(wildcards):
-    return PLAN.sampling_section(wildcards.model)["model"]
+    return PLAN.generation_job(wildcards.model, wildcards.split)["model"]
 
 
 def generation_config(wildcards):
-    return PLAN.sampling_section(wildcards.model)["generation"]
+    return PLAN.generation_job(wildcards.model, wildcards.split)["generation"]
 
 
 def generation_prompt(wildcards):
-    return TEACHER_PROMPT if wildcards.model == PLAN.teacher else PROMPT
+    return resolve_prompt(PLAN.generation_job(wildcards.model, wildcards.split)["prompt"])
 
 
 def generation_job_env(wildcards):
-    return PLAN.generation_env(wildcards.model)
+    return PLAN.generation_env(wildcards.model, wildcards.split)
 
 
 def generation_job_gpus(wildcards):
-    return PLAN.generation_gpus(wildcards.model, gpus_available())
+    return PLAN.generation_gpus(wildcards.model, wildcards.split, gpus_available())
 
 
 def llm_judge_gpus(wildcards):
@@ -172,7 +186,7 @@ def sft_judged_files(wildcards):
 
 
 def sft_data_sources(wildcards):
-    return [model for model, _, _ in PLAN.sft_judged_runs(wildcards.model)]
+    return [source for source, _ in PLAN.sft_judged_sources(wildcards.model)]
 
 
 def sft_dataset_name(wildcards):
@@ -213,6 +227,34 @@ def eval_metrics_files(wildcards):
 
 def eval_judged_files(wildcards):
     return PLAN.eval_judged_files()
+
+
+def synthesis_train_split(wildcards):
+    return PREPARED.format(benchmark=wildcards.benchmark, split=config["train_split"])
+
+
+def synthesis_feedback_files(wildcards):
+    return PLAN.synthesis_feedback_files(int(wildcards.round), wildcards.benchmark)
+
+
+def synthesis_writer_files(wildcards):
+    return PLAN.synthesis_writer_files(int(wildcards.round), wildcards.benchmark)
+
+
+def synthesis_solver_files(wildcards):
+    return PLAN.synthesis_solver_files(int(wildcards.round), wildcards.benchmark)
+
+
+def synthesis_writer(wildcards):
+    return PLAN.synthesis_writer(int(wildcards.round))
+
+
+def synthesis_solver(wildcards):
+    return PLAN.synthesis_solver(int(wildcards.round))
+
+
+def synthesis_exact_answer(wildcards):
+    return PLAN.synthesis_exact_answer(wildcards.benchmark)
 
 
 def sft_stats_files(wildcards):

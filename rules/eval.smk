@@ -1,6 +1,7 @@
 rule eval:
     input:
-        eval_metrics_files,
+        metrics=eval_metrics_files,
+        funnel=PLAN.synthesis_funnel_tables(),
     output:
         summary=SUMMARY,
         table=SUMMARY_TABLE,

@@ -7,6 +7,8 @@ rule prepare_data:
         spec=lambda wildcards: config["benchmarks"][wildcards.benchmark],
     log:
         LOGS / "prepare_data/{benchmark}/{split}.log",
+    wildcard_constraints:
+        split=r"(?!synth-round\d)[A-Za-z0-9._-]+",  # synthesized splits are made by rules/synthesis.smk
     conda:
         "../envs/data.yaml"
     script:

@@ -75,3 +75,21 @@ rule plot_sft_examples:
         "../envs/report.yaml"
     script:
         "../scripts/plot_sft_examples.py"
+
+
+rule plot_synthesis_funnel:
+    input:
+        funnel=SYNTHESIS_FUNNEL,
+    output:
+        plot=report(
+            PLOT.format(plot="synthesis_funnel"),
+            caption="../report/synthesis_funnel.rst",
+            category="SFT data",
+            labels={"plot": "synthesized problems per round"},
+        ),
+    log:
+        LOGS / "report/synthesis_funnel.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/plot_synthesis_funnel.py"

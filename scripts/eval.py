@@ -4,7 +4,8 @@ from snakeskills.workflow import script_logging
 with script_logging(snakemake.log[0]) as logger:
     table = write_comparison(
         runs=snakemake.params.runs,
-        metrics_paths=list(snakemake.input),
+        metrics_paths=list(snakemake.input.metrics),
+        funnel_paths=list(snakemake.input.funnel),
         base_model=snakemake.params.base_model,
         teacher=snakemake.params.teacher,
         summary_path=snakemake.output.summary,

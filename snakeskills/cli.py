@@ -51,6 +51,7 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.generate import generate_chunk
+    from snakeskills.plan import synthesis_split_part
 
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
@@ -75,6 +76,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             sampling=sampling_from_config(generation["sampling"], settings["prompt"]),
             rows_per_flush=generation["rows_per_flush"],
             fingerprint_files=[arguments.settings],
+            allow_empty_chunk=synthesis_split_part(arguments.wildcards["split"]) is not None,
         )
         logger.info("generate done: %s", counts)
 

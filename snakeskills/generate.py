@@ -22,12 +22,15 @@ from snakeskills.resumable import process_resumable
 logger = logging.getLogger(__name__)
 
 
-def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int) -> tuple[int, int]:
+def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int, *, allow_empty: bool = False) -> tuple[int, int]:
+    """Rows [start, end) of one chunk. A prepared split must have a row per chunk (num_chunks above its size is a
+    config mistake); a synthesized split (``allow_empty``), whose size is known only once made, may leave chunks
+    empty."""
     if num_chunks < 1:
         raise SnakeskillsError(f"num_chunks must be at least 1, got {num_chunks}")
     if not 0 <= chunk_index < num_chunks:
         raise SnakeskillsError(f"chunk index {chunk_index} is outside 0..{num_chunks - 1}")
-    if num_chunks > num_rows:
+    if num_chunks > num_rows and not allow_empty:
         raise SnakeskillsError(
             f"num_chunks={num_chunks} is more than the {num_rows} rows of the split; lower num_chunks"
         )
@@ -79,6 +82,7 @@ def generate_chunk(
     sampling: SamplingParams,
     rows_per_flush: int,
     fingerprint_files: list[str | Path],
+    allow_empty_chunk: bool = False,
 ) -> dict:
     """Generate the chunk, resuming from the progress file if one exists; returns counts.
 
@@ -97,7 +101,7 @@ def generate_chunk(
         },
     )
     records = read_jsonl(prepared_path)
-    start, end = chunk_bounds(len(records), chunk_index, num_chunks)
+    start, end = chunk_bounds(len(records), chunk_index, num_chunks, allow_empty=allow_empty_chunk)
     first_batch = True
 
     def generate_batch(batch: list[dict]) -> list[dict]:

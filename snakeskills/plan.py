@@ -52,6 +52,9 @@ def generation_sections(config: dict) -> dict[str, dict]:
         sections["judge.llm.generation"] = config["judge"]["llm"]["generation"]
     if config["teacher"] is not None:
         sections["teacher.generation"] = config["teacher"]["generation"]
+    synthesis = config["synthesis"]
+    if synthesis is not None and synthesis["writer"] == "own" and synthesis["generation"] is not None:
+        sections["synthesis.generation"] = synthesis["generation"]
     return sections
 
 
@@ -90,6 +93,44 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
                 f"config keys teacher.name and model.name are both {model['name']!r}: teacher and student would "
                 "share results paths; rename one"
             )
+    if config["synthesis"] is not None:
+        _check_synthesis(config)
+
+
+def _check_synthesis(config: dict) -> None:
+    synthesis = config["synthesis"]
+    writer, solver = synthesis["writer"], synthesis["label"]["solver"]
+    for key, who in (("synthesis.writer", writer), ("synthesis.label.solver", solver)):
+        if who == "teacher" and config["teacher"] is None:
+            raise SnakeskillsError(f"config key {key} is 'teacher' but no teacher is set (config key teacher)")
+    if writer == "own":
+        if synthesis["generation"] is None:
+            raise SnakeskillsError(
+                "config key synthesis.generation (backend, sampling) is required when synthesis.writer is own"
+            )
+        if synthesis["sampling"] is not None:
+            raise SnakeskillsError(
+                "config key synthesis.sampling replaces a teacher or student writer's sampling; an own writer "
+                "samples with synthesis.generation.sampling"
+            )
+        name = synthesis["name"]
+        check_model_name(name, "synthesis.name")
+        taken = {config["model"]["name"]: "model.name"}
+        if config["teacher"] is not None:
+            taken[config["teacher"]["name"]] = "teacher.name"
+        if name in taken:
+            raise SnakeskillsError(
+                f"config keys synthesis.name and {taken[name]} are both {name!r}: they would share results paths; "
+                "rename one"
+            )
+        if solver == "writer" and synthesis["label"]["prompt"] is None:
+            raise SnakeskillsError(
+                "config key synthesis.label.prompt (how the writer is asked to solve) is required when "
+                "synthesis.label.solver is writer and synthesis.writer is own"
+            )
+    for key in ("train_split", "eval_split"):
+        if synthesis_split_part(config[key]) is not None:
+            raise SnakeskillsError(f"config key {key}: split names synth-round<r>... are kept for synthesized data")
 
 
 def check_model_name(name: str, key: str) -> None:
@@ -178,7 +219,11 @@ def check_model_paths(config: dict) -> None:
     paths = {}
     if not config["model"]["build_tiny"]:
         paths["model.path"] = config["model"]["path"]
-    for key, served in (("judge.llm", config["judge"]["llm"]), ("teacher", config["teacher"])):
+    served_sections = [("judge.llm", config["judge"]["llm"]), ("teacher", config["teacher"])]
+    synthesis = config["synthesis"]
+    if synthesis is not None and synthesis["writer"] == "own":
+        served_sections.append(("synthesis", synthesis))
+    for key, served in served_sections:
         if served is not None and backend_spec(served["generation"]).needs_local_model:
             paths[f"{key}.model.path"] = served["model"]["path"]
     for key, path in paths.items():
@@ -226,6 +271,20 @@ def training_processes(config: dict, gpus_available: bool) -> int:
 
 CHUNK = "{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.jsonl"
 
+# the splits of round r's synthesis: the writer's sources, the new problems the solver answers, the labelled split
+_SYNTHESIS_SPLIT = re.compile(r"^synth-round(\d+)(-sources|-problems|)$")
+
+
+def synthesis_split(round_number: int, part: str = "") -> str:
+    """The name of a synthesis split of round ``round_number``: part "sources", "problems" or "" (labelled)."""
+    return f"synth-round{round_number}" + (f"-{part}" if part else "")
+
+
+def synthesis_split_part(split: str) -> str | None:
+    """ "sources", "problems" or "" (the labelled split) for a synthesis split's name, ``None`` for any other."""
+    match = _SYNTHESIS_SPLIT.match(split)
+    return match.group(2).lstrip("-") if match else None
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -249,6 +308,17 @@ class Layout:
     sft_stats: str = "sft/{model}/stats.json"
     sft_alpaca: str = "sft/{model}/alpaca.json"
     sft_dataset_info: str = "sft/{model}/dataset_info.json"
+    # problem synthesis, per round and train benchmark: the writer's sources, the parsed and filtered new problems,
+    # the labelled split, and what was dropped and why
+    synthesis_sources: str = "data/{benchmark}/synth-round{round}-sources.jsonl"
+    synthesis_problems: str = "data/{benchmark}/synth-round{round}-problems.jsonl"
+    synthesized: str = "data/{benchmark}/synth-round{round}.jsonl"
+    synthesis_dropped: str = "synthesis/round{round}/{benchmark}/dropped.jsonl"
+    synthesis_filter_stats: str = "synthesis/round{round}/{benchmark}/filter.json"
+    synthesis_judged: str = "synthesis/round{round}/{benchmark}/judged.jsonl"
+    synthesis_label_stats: str = "synthesis/round{round}/{benchmark}/label.json"
+    synthesis_funnel: str = "synthesis/funnel.json"
+    synthesis_funnel_table: str = "synthesis/funnel.txt"
     summary: str = "eval/summary.json"
     summary_table: str = "eval/summary.txt"
     plot: str = "report/{plot}.png"
@@ -273,6 +343,11 @@ class Plan:
         teacher = config["teacher"]
         self.teacher = teacher["name"] if teacher is not None else None
         self.evaluated_teacher = self.teacher if teacher is not None and teacher["evaluate"] else None
+        synthesis = config["synthesis"]
+        self.synthesis = synthesis
+        self.writer = synthesis["name"] if synthesis is not None and synthesis["writer"] == "own" else None
+        # models that are sampled but never trained, each from its own config section (model, generation, prompt)
+        self.served_models = [name for name in (self.teacher, self.writer) if name is not None]
         # the models compared on the eval split, in table order: the student before and after each round, the teacher
         self.eval_models = self.models + ([self.evaluated_teacher] if self.evaluated_teacher else [])
         self.benchmarks = list(config["benchmarks"])
@@ -306,13 +381,20 @@ class Plan:
         return student if later_rounds == "student" else [self.teacher, *student]
 
     def train_sampled_models(self) -> list[str]:
-        """Every model that samples the train split: those whose generations feed some round's SFT data."""
-        return list(dict.fromkeys(name for model in self.tuned_models for name in self.sft_data_models(model)))
+        """Every model that samples the train split: those whose generations feed some round's SFT data, and those
+        whose failures seed problem synthesis."""
+        feeding = [source for model in self.tuned_models for source, _, _ in self.sft_judged_runs(model)]
+        return list(dict.fromkeys([*feeding, *self.failure_feedback_models()]))
 
     def seeds(self, model: str, split: str) -> list[int]:
         """Random seeds a model samples a split with: train_num_seeds (teacher.train_num_seeds for the teacher)
-        on the train split, num_seeds on any other."""
+        on the train split; synthesis.sources.new_per_problem on a writer's sources and synthesis.label.num_samples
+        on new problems (and their labelled split, whose judged samples are the solver's); num_seeds on any other."""
         config = self.config
+        part = synthesis_split_part(split)
+        if part is not None:
+            section, key = ("sources", "new_per_problem") if part == "sources" else ("label", "num_samples")
+            return list(range(self.synthesis[section][key]))
         if split != config["train_split"]:
             return list(range(config["num_seeds"]))
         section = config["teacher"] if model == self.teacher else config
@@ -331,15 +413,36 @@ class Plan:
         return [self.layout.checkpoint.format(model=self.base_model)] if self.config["model"]["build_tiny"] else []
 
     def sampling_section(self, model: str) -> dict:
-        """The config section that says how ``model`` samples (model, prompt, generation): the teacher's own, or
-        the student's (every other model)."""
-        return self.config["teacher"] if model == self.teacher else self.config
+        """The config section that says how ``model`` samples (model, prompt, generation): the teacher's own, an
+        own synthesis writer's (solving with synthesis.label.prompt), or the student's (every other model)."""
+        if model == self.teacher:
+            return self.config["teacher"]
+        if model == self.writer:
+            synthesis = self.synthesis
+            return {
+                "model": synthesis["model"],
+                "generation": synthesis["generation"],
+                "prompt": synthesis["label"]["prompt"],
+            }
+        return self.config
+
+    def generation_job(self, model: str, split: str) -> dict:
+        """What ``model``'s generate jobs on ``split`` run with: model, generation and prompt sections. Writing new
+        problems (a synthesis sources split) uses synthesis.prompt, and synthesis.sampling for a teacher or student
+        writer; everything else the model's own sections."""
+        section = self.sampling_section(model)
+        job = {"model": section["model"], "generation": section["generation"], "prompt": section["prompt"]}
+        if synthesis_split_part(split) == "sources":
+            job["prompt"] = self.synthesis["prompt"]
+            if self.synthesis["sampling"] is not None:
+                job["generation"] = {**job["generation"], "sampling": self.synthesis["sampling"]}
+        return job
 
     def generation_model_path(self, model: str) -> str | None:
         """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model;
-        the teacher's own (teacher.model.path; none for an openai server)."""
-        if model == self.teacher:
-            return self.config["teacher"]["model"]["path"]
+        a served model's own (teacher.model.path, synthesis.model.path; none for an openai server)."""
+        if model in self.served_models:
+            return self.sampling_section(model)["model"]["path"]
         if model != self.base_model and self.sft_method == "full":
             return self.layout.checkpoint.format(model=model)
         return self.base_model_folder()
@@ -347,14 +450,14 @@ class Plan:
     def generation_adapter_path(self, model: str) -> str | None:
         """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model, the teacher,
         or full fine-tunes."""
-        if model in (self.base_model, self.teacher) or self.sft_method == "full":
+        if model == self.base_model or model in self.served_models or self.sft_method == "full":
             return None
         return self.layout.adapter.format(model=model)
 
     def generation_model_inputs(self, model: str) -> list[str]:
         """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint
-        (full); none for the teacher (a local folder or a server)."""
-        if model == self.teacher:
+        (full); none for a served model (a local folder or a server)."""
+        if model in self.served_models:
             return []
         if model != self.base_model and self.sft_method == "full":
             return [self.layout.checkpoint.format(model=model)]
@@ -382,14 +485,14 @@ class Plan:
 
     # ---- jobs: GPUs and envs
 
-    def generation_gpus(self, model: str, gpus_available: bool) -> int:
+    def generation_gpus(self, model: str, split: str, gpus_available: bool) -> int:
         """GPUs of one of ``model``'s generate jobs (its backend's; none for a teacher behind an openai server)."""
-        generation = self.sampling_section(model)["generation"]
+        generation = self.generation_job(model, split)["generation"]
         return backend_spec(generation).job_gpus(generation, gpus_available)
 
-    def generation_env(self, model: str) -> str:
+    def generation_env(self, model: str, split: str) -> str:
         """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
-        return backend_spec(self.sampling_section(model)["generation"]).conda_env
+        return backend_spec(self.generation_job(model, split)["generation"]).conda_env
 
     def llm_judge_generation(self) -> dict:
         """The LLM judge's generation section (judge.llm.generation); the student's when there is no LLM judge
@@ -407,7 +510,10 @@ class Plan:
     # ---- which files each step reads
 
     def sft_judged_runs(self, model: str) -> list[tuple[str, str, int]]:
-        """(model, benchmark, seed) of every judged train-split seed file ``model``'s SFT data is made from."""
+        """(model, benchmark, seed) of every judged train-split seed file ``model``'s SFT data is made from (none
+        with synthesis.sft_data only)."""
+        if self.synthesis is not None and self.synthesis["sft_data"] == "only":
+            return []
         split = self.config["train_split"]
         return [
             (source, benchmark, seed)
@@ -416,12 +522,125 @@ class Plan:
             for seed in self.seeds(source, split)
         ]
 
-    def sft_judged_files(self, model: str) -> list[str]:
+    def sft_synthesis_rounds(self, model: str) -> list[int]:
+        """The rounds whose synthesized problems feed ``model``'s SFT: its own (sft.rounds_data replace), or every
+        round up to it (accumulate); none without synthesis."""
+        if self.synthesis is None:
+            return []
+        round_number = int(model.removeprefix("round"))
+        return [round_number] if self.config["sft"]["rounds_data"] == "replace" else list(range(1, round_number + 1))
+
+    def sft_judged_sources(self, model: str) -> list[tuple[str, str]]:
+        """(source, judged file) of everything ``model``'s SFT data is filtered from: each train-split seed file
+        with the model that wrote it, and the solver's samples of each synthesized split, as "synthesized"."""
         split = self.config["train_split"]
-        return [
-            self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed)
+        sources = [
+            (source, self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed))
             for source, benchmark, seed in self.sft_judged_runs(model)
         ]
+        sources += [
+            ("synthesized", self.layout.synthesis_judged.format(round=round_number, benchmark=benchmark))
+            for round_number in self.sft_synthesis_rounds(model)
+            for benchmark in self.config["train_benchmarks"]
+        ]
+        return sources
+
+    def sft_judged_files(self, model: str) -> list[str]:
+        return [path for _, path in self.sft_judged_sources(model)]
+
+    # ---- problem synthesis
+
+    def synthesis_writer(self, round_number: int) -> str:
+        """Who writes round ``round_number``'s new problems: the own writer, the teacher, or the student before the
+        round (synthesis.writer)."""
+        writer = self.synthesis["writer"]
+        if writer == "own":
+            return self.writer
+        return self.teacher if writer == "teacher" else self.parent_model(f"round{round_number}")
+
+    def synthesis_solver(self, round_number: int) -> str:
+        """Who answers round ``round_number``'s new problems (synthesis.label.solver)."""
+        solver = self.synthesis["label"]["solver"]
+        if solver == "writer":
+            return self.synthesis_writer(round_number)
+        return self.teacher if solver == "teacher" else self.parent_model(f"round{round_number}")
+
+    def synthesis_funnel_tables(self) -> list[str]:
+        """The funnel table the comparison text ends with (none without synthesis)."""
+        return [self.layout.synthesis_funnel_table] if self.synthesis else []
+
+    def synthesis_exact_answer(self, benchmark: str) -> str | None:
+        """How a benchmark checks a synthesized problem's label itself: "arithmetic" for the synthetic skill (a
+        parsed a+b has an exact answer), else ``None``."""
+        return "arithmetic" if self.config["benchmarks"][benchmark]["source"] == "synthetic" else None
+
+    def synthesis_runs(self) -> list[tuple[int, str]]:
+        """(round, train benchmark) of every synthesis, in funnel order."""
+        return [(r, b) for r in self.synthesis_rounds() for b in self.config["train_benchmarks"]]
+
+    def synthesis_rounds(self) -> list[int]:
+        return [] if self.synthesis is None else list(range(1, self.config["rounds"] + 1))
+
+    def failure_feedback_models(self) -> list[str]:
+        """Models whose judged train samples choose synthesis sources (synthesis.sources.problems failed): the
+        model before each round."""
+        if self.synthesis is None or self.synthesis["sources"]["problems"] != "failed":
+            return []
+        return [self.parent_model(f"round{round_number}") for round_number in self.synthesis_rounds()]
+
+    def synthesis_feedback_files(self, round_number: int, benchmark: str) -> list[str]:
+        """The judged train samples that decide which problems round ``round_number``'s writer starts from: the
+        previous model's (none for synthesis.sources.problems all)."""
+        if self.synthesis["sources"]["problems"] != "failed":
+            return []
+        model, split = self.parent_model(f"round{round_number}"), self.config["train_split"]
+        return [
+            self.layout.judged.format(model=model, benchmark=benchmark, split=split, seed=seed)
+            for seed in self.seeds(model, split)
+        ]
+
+    def generated_files(self, model: str, benchmark: str, split: str) -> list[str]:
+        """Every generated chunk file of ``model`` on ``split`` (all seeds and chunks)."""
+        num_chunks = self.config["num_chunks"]
+        return [
+            self.layout.generated.format(
+                model=model, benchmark=benchmark, split=split, seed=seed, chunk=chunk, num_chunks=num_chunks
+            )
+            for seed in self.seeds(model, split)
+            for chunk in range(num_chunks)
+        ]
+
+    def synthesis_writer_files(self, round_number: int, benchmark: str) -> list[str]:
+        split = synthesis_split(round_number, "sources")
+        return self.generated_files(self.synthesis_writer(round_number), benchmark, split)
+
+    def synthesis_solver_files(self, round_number: int, benchmark: str) -> list[str]:
+        split = synthesis_split(round_number, "problems")
+        return self.generated_files(self.synthesis_solver(round_number), benchmark, split)
+
+    def synthesis_reference_files(self) -> dict[str, list[str]]:
+        """The prepared splits new problems are checked against: every train benchmark's train split (copies) and
+        every benchmark's eval split (contamination)."""
+        config = self.config
+        return {
+            "train": [
+                self.layout.prepared.format(benchmark=benchmark, split=config["train_split"])
+                for benchmark in config["train_benchmarks"]
+            ],
+            "eval": [
+                self.layout.prepared.format(benchmark=benchmark, split=config["eval_split"])
+                for benchmark in self.benchmarks
+            ],
+        }
+
+    def synthesis_stats_files(self) -> dict[str, list[str]]:
+        """The filter and label counts of every round and train benchmark, and each round's SFT stats: the funnel."""
+        runs = self.synthesis_runs()
+        return {
+            "filter": [self.layout.synthesis_filter_stats.format(round=r, benchmark=b) for r, b in runs],
+            "label": [self.layout.synthesis_label_stats.format(round=r, benchmark=b) for r, b in runs],
+            "sft": [self.layout.sft_stats.format(model=f"round{r}") for r in self.synthesis_rounds()],
+        }
 
     def eval_runs(self) -> list[tuple[str, str]]:
         """(model, benchmark) pairs compared on the eval split, in table order."""
@@ -458,4 +677,5 @@ class Plan:
             if self.sft_method == "lora" and config["sft"]["merge"]
             else []
         )
-        return [*summary_files, *train_metrics, *plot_files, *tuned, *merged]
+        funnel = [self.layout.synthesis_funnel, self.layout.synthesis_funnel_table] if self.synthesis else []
+        return [*summary_files, *train_metrics, *plot_files, *tuned, *merged, *funnel]

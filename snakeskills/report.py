@@ -263,3 +263,40 @@ def describe_pass_at_1(summary: dict) -> str:
         for benchmark in _benchmarks(summary)
         for model, value, error in pass_at_1_points(summary, benchmark)
     )
+
+
+def plot_synthesis_funnel(rows: list[dict], output_path: str | Path) -> None:
+    """Per round and train benchmark: the synthesized problems left after each step (generated, parsed, unique,
+    clean of contamination, labelled), one group of bars each, with the label accuracy where it was checked."""
+    from matplotlib import colormaps
+
+    from snakeskills.synthesis import FUNNEL_STEPS
+
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 1.6 * len(rows) + 3.5))
+    width = 0.8 / len(FUNNEL_STEPS)
+    blues = colormaps["Blues"]
+    for index, step in enumerate(FUNNEL_STEPS):
+        positions = [group + (index - (len(FUNNEL_STEPS) - 1) / 2) * width for group in range(len(rows))]
+        axis.bar(
+            positions,
+            [row[step] for row in rows],
+            width,
+            color=blues(0.3 + 0.6 * index / len(FUNNEL_STEPS)),
+            label=step,
+        )
+    for group, row in enumerate(rows):
+        if row["label_accuracy"] is not None:
+            axis.annotate(
+                f"labels {100 * row['label_accuracy']:.0f}% right",
+                (group, row["generated"]),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                fontsize=8,
+            )
+    axis.set_xticks(list(range(len(rows))), [f"round{row['round']}\n{row['benchmark']}" for row in rows])
+    axis.set_ylim(0, 1.15 * max([row["generated"] for row in rows] + [1]))
+    axis.set_ylabel("synthesized problems")
+    axis.set_title("Problem synthesis funnel")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(figure, output_path)

@@ -256,8 +256,13 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     return "\n".join([title, *lines, "", *gains]) + "\n"
 
 
-def write_comparison(*, runs, metrics_paths, base_model: str, teacher: str | None, summary_path, table_path) -> str:
-    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``."""
+def write_comparison(
+    *, runs, metrics_paths, funnel_paths=(), base_model: str, teacher: str | None, summary_path, table_path
+) -> str:
+    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``; the table ends
+    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems)."""
+    from pathlib import Path
+
     from snakeskills.io import read_json, write_json, write_text
 
     summary: dict[str, dict] = {}
@@ -267,6 +272,8 @@ def write_comparison(*, runs, metrics_paths, base_model: str, teacher: str | Non
             raise SnakeskillsError(f"{path}: has no entry for benchmark {benchmark!r}")
         summary.setdefault(model, {})[benchmark] = metrics[benchmark]
     table = format_comparison(summary, base_model, teacher)
+    for path in funnel_paths:
+        table += "\n" + Path(path).read_text(encoding="utf-8")
     write_json(summary_path, summary)
     write_text(table_path, table)
     return table

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
+import hashlib
+import json
+import os
+import random
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +21,33 @@ from snakeskills.workflow import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+
+# pytest runs on two workers (pyproject's addopts): a workflow run leaves about a third of 2 cores idle (job
+# start-up, imports, Snakemake's own scheduling), which the other worker fills. Each module is one xdist group,
+# so its module and session fixtures (a finished run) are built once; modules that share a finished run form
+# one group. The slowest groups are queued first so the two workers start on them (--no-loadscope-reorder).
+SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run"}
+SLOWEST_GROUPS_FIRST = (
+    "test_teacher",
+    "test_real_model_loop",
+    "default-run",
+    "test_slurm",
+    "test_real_model",
+    "test_rounds",
+    "test_gpus",
+    "test_distributed_sft",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> str:
+        module = item.path.stem
+        return SHARED_RUN_GROUPS.get(module, module)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    rank = {name: position for position, name in enumerate(SLOWEST_GROUPS_FIRST)}
+    items.sort(key=lambda item: rank.get(group(item), len(rank)))
 
 
 @functools.cache
@@ -177,6 +210,67 @@ def smollm2() -> Path:
     from snakeskills.pretrained import packaged_model_folder
 
     return packaged_model_folder("smollm2-135m-instruct")
+
+
+# A teacher must know the task better than the student. The stock SmolLM2-135M-Instruct solves 0-7 % of 2-digit
+# sums (any prompt tried), so the test teacher (tests/test_teacher.py) is SmolLM2 after a short supervised
+# fine-tune on labelled sums, in the chat format it is asked in (its own tokenizer and chat template, whose default
+# system message SmolLM2 adds): about 75 % of held-out sums after 5 minutes on 2 cores, once per machine: cached
+# beside the converted model, keyed by this recipe, built under a lock (two pytest workers may ask at once).
+TEACHER_RECIPE = {
+    "examples": 512,
+    "seed": 7,
+    "training": {"num_epochs": 2, "learning_rate": 2e-4, "batch_size": 16, "max_length": 64},
+}
+
+
+@pytest.fixture(scope="session")
+def arithmetic_teacher(smollm2) -> Path:
+    from snakeskills.io import write_jsonl
+    from snakeskills.pretrained import cache_directory
+    from snakeskills.sft import train_sft
+
+    recipe = json.dumps(TEACHER_RECIPE, sort_keys=True)
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+    folder = cache_directory() / "test-models" / f"smollm2-arithmetic-teacher-{digest}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if folder.is_dir():
+            return folder
+        rng = random.Random(TEACHER_RECIPE["seed"])
+        examples = []
+        for index in range(TEACHER_RECIPE["examples"]):
+            a, b = rng.randint(0, 99), rng.randint(0, 99)
+            examples.append(
+                {
+                    "id": f"labelled-{index}",
+                    "messages": [
+                        {"role": "user", "content": f"{a}+{b}="},
+                        {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
+                    ],
+                }
+            )
+        staged = folder.parent / f".{folder.name}.staged"
+        shutil.rmtree(staged, ignore_errors=True)
+        data = folder.parent / f".{folder.name}.jsonl"
+        write_jsonl(data, examples)
+        train_sft(
+            method="full",
+            base_model_path=str(smollm2),
+            sft_data_path=data,
+            output_dir=staged,
+            lora=None,
+            training=training_section(**TEACHER_RECIPE["training"]),
+            chat_template=True,
+            seed=0,
+            threads=os.cpu_count(),
+            dtype="auto",
+            trust_remote_code=False,
+        )
+        data.unlink()
+        staged.rename(folder)
+    return folder
 
 
 def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_length: int, **settings):

@@ -106,8 +106,8 @@ from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSet
 
 
 def env_of(rule, model):
-    # a conda env given as a function of the wildcards (generate: the model's backend), for `model`
-    return rule.conda_env(SimpleNamespace(model=model)) if callable(rule.conda_env) else rule.conda_env
+    # a conda env given as a function of the wildcards (generate: the backend of the model on a split), for `model`
+    return rule.conda_env(SimpleNamespace(model=model, split="train")) if callable(rule.conda_env) else rule.conda_env
 
 
 snakefile, configfile, workdir = map(Path, sys.argv[1:4])

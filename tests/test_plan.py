@@ -327,11 +327,11 @@ def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
     section = plan.sampling_section("teacher")
     assert section["generation"]["backend"] == "openai" and section["prompt"]["user"] == "{problem}="
     assert plan.generation_model_inputs("teacher") == [] and plan.generation_adapter_path("teacher") is None
-    assert plan.generation_env("teacher") == "../envs/generate-openai.yaml"
-    assert plan.generation_env("base") == "../envs/generate-hf.yaml"
+    assert plan.generation_env("teacher", "train") == "../envs/generate-openai.yaml"
+    assert plan.generation_env("base", "train") == "../envs/generate-hf.yaml"
     for gpus_available in (False, True):
-        assert plan.generation_gpus("teacher", gpus_available) == 0
-    assert plan.generation_gpus("round1", True) == 1
+        assert plan.generation_gpus("teacher", "train", gpus_available) == 0
+    assert plan.generation_gpus("round1", "test", True) == 1
 
 
 # ---------------------------------------------------------------- GPUs
@@ -340,7 +340,9 @@ def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
 def test_gpus_follow_the_backend_and_the_node():
     def gpus(generation):
         config = checked(lambda config: config["generation"].update(generation))
-        return [Plan(config, Layout.under("r")).generation_gpus("base", available) for available in (False, True)]
+        return [
+            Plan(config, Layout.under("r")).generation_gpus("base", "test", available) for available in (False, True)
+        ]
 
     # device auto takes a GPU only where there is one: no `gpu=1` on a machine without
     assert gpus({"device": "auto"}) == [0, 1]
@@ -377,3 +379,155 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch):
                 (tmp_path / section["path"]).mkdir(parents=True, exist_ok=True)
         check_config(config, gpus_available=True)
         check_model_paths(config)
+
+
+# ---------------------------------------------------------------- problem synthesis
+
+
+def with_synthesis(teacher=False, **settings):
+    def mutate(config):
+        if teacher:
+            config["teacher"] = teacher_section()
+        config["synthesis"] = settings
+
+    return mutate
+
+
+OWN_WRITER = {
+    "writer": "own",
+    "name": "writer",
+    "generation": {
+        "backend": "openai",
+        "openai": {"base_url": NO_SERVER, "model": "w"},
+        "sampling": {"max_new_tokens": 64},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (with_synthesis(writer="teacher"), "config key synthesis.writer is 'teacher' but no teacher is set"),
+        (
+            with_synthesis(writer="student", label={"solver": "teacher"}),
+            "config key synthesis.label.solver is 'teacher'",
+        ),
+        (with_synthesis(writer="own"), "config key synthesis.generation (backend, sampling) is required"),
+        (
+            with_synthesis(**{**OWN_WRITER, "label": {"solver": "writer"}}),
+            "config key synthesis.label.prompt (how the writer is asked to solve) is required",
+        ),
+        (
+            with_synthesis(**{**OWN_WRITER, "name": "base", "label": {"solver": "student"}}),
+            "config keys synthesis.name and model.name are both 'base'",
+        ),
+        (
+            with_synthesis(**{**OWN_WRITER, "name": "round7", "label": {"solver": "student"}}),
+            "config key synthesis.name must not start with 'round'",
+        ),
+        (
+            with_synthesis(**{**OWN_WRITER, "sampling": {"max_new_tokens": 9}, "label": {"solver": "student"}}),
+            "config key synthesis.sampling replaces a teacher or student writer's sampling",
+        ),
+        (
+            lambda config: (
+                with_synthesis(writer="student", label={"solver": "student"})(config),
+                config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"].update({"synth-round1": 10}),
+                config.update(eval_split="synth-round1"),
+            ),
+            "config key eval_split: split names synth-round<r>",
+        ),
+    ],
+)
+def test_synthesis_mistakes_stop_the_plan(mutate, message):
+    with pytest.raises(SnakeskillsError) as error:
+        checked(mutate)
+    assert message in str(error.value)
+
+
+def test_own_writer_needs_its_model_folder_with_a_local_backend(tmp_path):
+    settings = {
+        **OWN_WRITER,
+        "generation": {"backend": "hf", "sampling": {"max_new_tokens": 8}},
+        "label": {"solver": "student"},
+    }
+    settings["model"] = {"path": str(tmp_path / "missing")}
+    with pytest.raises(SnakeskillsError, match="config key synthesis.model.path"):
+        checked(with_synthesis(**settings))
+
+
+def test_synthesis_splits_jobs_and_seeds():
+    plan = plan_of(
+        with_synthesis(writer="student", sources={"new_per_problem": 3}, label={"solver": "student", "num_samples": 5}),
+        rounds=2,
+    )
+    assert plan.synthesis_writer(1) == plan.synthesis_solver(1) == "base"
+    assert plan.synthesis_writer(2) == "round1", "a student writer is the model before the round (SEAL)"
+    assert plan.seeds("base", "synth-round1-sources") == [0, 1, 2]
+    assert plan.seeds("round1", "synth-round2-problems") == [0, 1, 2, 3, 4]
+    assert plan.seeds("base", "train") == [0, 1, 2, 3]
+    writing = plan.generation_job("base", "synth-round1-sources")
+    assert writing["prompt"]["template"] == "augment-math-problem"
+    assert writing["generation"] == plan.config["generation"], "no synthesis.sampling: the student's own sampling"
+    solving = plan.generation_job("base", "synth-round1-problems")
+    assert solving["prompt"] == plan.config["prompt"]
+    assert plan.synthesis_writer_files(1, "arithmetic") == [
+        f"results/tiny-arithmetic/generate/base/arithmetic/synth-round1-sources/rs{seed}/chunk{chunk}-of-2.jsonl"
+        for seed in range(3)
+        for chunk in range(2)
+    ]
+    assert len(plan.synthesis_solver_files(2, "arithmetic")) == 5 * 2
+    assert plan.synthesis_feedback_files(2, "arithmetic") == [
+        f"results/tiny-arithmetic/judge/round1/arithmetic/train/output-rs{seed}.jsonl" for seed in range(4)
+    ]
+    assert plan.synthesis_exact_answer("arithmetic") == "arithmetic"
+    assert "results/tiny-arithmetic/synthesis/funnel.txt" in plan.targets([], [])
+
+
+def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
+    plan = plan_of(
+        with_synthesis(
+            teacher=True,
+            writer="teacher",
+            sampling={"temperature": 0.9, "max_new_tokens": 80},
+            label={"solver": "teacher"},
+        )
+    )
+    writing = plan.generation_job("teacher", "synth-round1-sources")
+    assert writing["generation"]["backend"] == "openai" and writing["generation"]["sampling"]["max_new_tokens"] == 80
+    assert plan.generation_job("teacher", "train")["generation"]["sampling"]["max_new_tokens"] != 80
+    assert plan.generation_job("teacher", "synth-round1-problems")["prompt"]["user"] == "{problem}="
+    assert plan.synthesis_solver(1) == "teacher" and plan.generation_gpus("teacher", "synth-round1-sources", True) == 0
+
+
+def test_own_writer_solves_with_its_label_prompt_and_loads_nothing_of_the_student():
+    settings = {**OWN_WRITER, "label": {"solver": "writer", "prompt": {"user": "Solve: {problem}"}}}
+    plan = plan_of(with_synthesis(**settings))
+    assert plan.generation_job("writer", "synth-round1-problems")["prompt"]["user"] == "Solve: {problem}"
+    assert plan.generation_model_inputs("writer") == [] and plan.generation_adapter_path("writer") is None
+    assert plan.generation_env("writer", "synth-round1-sources") == "../envs/generate-openai.yaml"
+
+
+@pytest.mark.parametrize(
+    ("sft_data", "rounds_data", "problems", "round2_sources", "train_sampled"),
+    [
+        ("add", "replace", "failed", ["round1"] * 4 + ["synthesized"], ["base", "round1"]),
+        ("only", "replace", "failed", ["synthesized"], ["base", "round1"]),
+        ("only", "accumulate", "all", ["synthesized", "synthesized"], []),
+        ("add", "accumulate", "all", ["base"] * 4 + ["round1"] * 4 + ["synthesized"] * 2, ["base", "round1"]),
+    ],
+)
+def test_sft_pools_synthesized_problems_as_configured(sft_data, rounds_data, problems, round2_sources, train_sampled):
+    plan = plan_of(
+        lambda config: (
+            with_synthesis(
+                writer="student", sft_data=sft_data, sources={"problems": problems}, label={"solver": "student"}
+            )(config),
+            config["sft"].update(rounds_data=rounds_data),
+        ),
+        rounds=2,
+    )
+    assert [source for source, _ in plan.sft_judged_sources("round2")] == round2_sources
+    synthesized = [path for source, path in plan.sft_judged_sources("round2") if source == "synthesized"]
+    assert synthesized[-1] == "results/tiny-arithmetic/synthesis/round2/arithmetic/judged.jsonl"
+    assert plan.train_sampled_models() == train_sampled, "only failures or SFT sources sample the train split"

@@ -46,7 +46,7 @@ def real_run(tmp_path_factory, smollm2):
     )
     assert link.returncode == 0, link.stderr[-3000:]
     assert (workdir / "models/SmolLM2-135M-Instruct").resolve() == smollm2.resolve()
-    process = run_snakemake(workdir, "--cores", "2", configfile=EXAMPLE, timeout=900)
+    process = run_snakemake(workdir, "--cores", "2", configfile=EXAMPLE, timeout=1800)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     return workdir / RESULTS
 

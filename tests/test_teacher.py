@@ -8,10 +8,7 @@ tiny model (a character tokenizer, 99 tokens against SmolLM2's 49,152) as the st
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import random
 import re
 from pathlib import Path
 
@@ -23,7 +20,6 @@ from conftest import (
     run_snakemake,
     shrunk_default_config,
     teacher_section,
-    training_section,
     write_config,
 )
 
@@ -85,61 +81,6 @@ def test_comparison_says_how_much_of_the_teachers_lead_each_round_closed():
 
 
 # ---------------------------------------------------------------- a real teacher and student (slow)
-
-# A teacher must know the task better than the student. The stock SmolLM2-135M-Instruct solves 0-7 % of 2-digit
-# sums (any prompt tried), so the teacher is SmolLM2 after a short supervised fine-tune on labelled sums, in the
-# chat format it is asked in (its own tokenizer and chat template, whose default system message SmolLM2 adds):
-# about 75 % of held-out sums after 5 minutes on 2 cores, once per machine:
-# cached beside the converted model, keyed by this recipe.
-TEACHER_RECIPE = {
-    "examples": 512,
-    "seed": 7,
-    "training": {"num_epochs": 2, "learning_rate": 2e-4, "batch_size": 16, "max_length": 64},
-}
-
-
-@pytest.fixture(scope="session")
-def arithmetic_teacher(smollm2) -> Path:
-    from snakeskills.io import write_jsonl
-    from snakeskills.pretrained import cache_directory
-    from snakeskills.sft import train_sft
-
-    recipe = json.dumps(TEACHER_RECIPE, sort_keys=True)
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
-    folder = cache_directory() / "test-models" / f"smollm2-arithmetic-teacher-{digest}"
-    if folder.is_dir():
-        return folder
-    rng = random.Random(TEACHER_RECIPE["seed"])
-    examples = []
-    for index in range(TEACHER_RECIPE["examples"]):
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
-        examples.append(
-            {
-                "id": f"labelled-{index}",
-                "messages": [
-                    {"role": "user", "content": f"{a}+{b}="},
-                    {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
-                ],
-            }
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    data = folder.parent / f".{folder.name}.jsonl"
-    write_jsonl(data, examples)
-    train_sft(
-        method="full",
-        base_model_path=str(smollm2),
-        sft_data_path=data,
-        output_dir=folder,
-        lora=None,
-        training=training_section(**TEACHER_RECIPE["training"]),
-        chat_template=True,
-        seed=0,
-        threads=os.cpu_count(),
-        dtype="auto",
-        trust_remote_code=False,
-    )
-    data.unlink()
-    return folder
 
 
 def served_teacher(teacher: Path, workdir: Path) -> Path:

@@ -7,6 +7,7 @@ construction; the same seed always gives the same problems in the same order.
 from __future__ import annotations
 
 import random
+import re
 
 from snakeskills.errors import SnakeskillsError
 
@@ -52,3 +53,16 @@ def arithmetic_splits(
         ]
         start += size
     return splits
+
+
+_ARITHMETIC = re.compile(r"^\s*(-?\d+)\s*([+*-])\s*(-?\d+)\s*=?\s*$")
+
+
+def arithmetic_answer(problem: str) -> str | None:
+    """The exact answer of a problem in this skill's form (``"37+48"`` -> ``"85"``); ``None`` for any other text.
+    Synthesized arithmetic problems are checked with it: their majority labels can be scored."""
+    match = _ARITHMETIC.match(problem)
+    if not match:
+        return None
+    a, operation, b = match.groups()
+    return str(OPERATIONS[operation](int(a), int(b)))

@@ -1,0 +1,16 @@
+from snakeskills.synthesis import exact_answer_function, write_labels
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]):
+    write_labels(
+        snakemake.input.problems,
+        list(snakemake.input.solved),
+        labelled_path=snakemake.output.labelled,
+        judged_path=snakemake.output.judged,
+        stats_path=snakemake.output.stats,
+        judge_config=dict(snakemake.params.judge),
+        min_agreement=snakemake.params.min_agreement,
+        num_workers=snakemake.threads,
+        exact_answer=exact_answer_function(snakemake.params.exact_answer),
+        solver=snakemake.params.solver,
+    )

@@ -1,0 +1,17 @@
+from snakeskills.synthesis import write_problems
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]):
+    write_problems(
+        list(snakemake.input.generated),
+        train_paths=list(snakemake.input.train),
+        eval_paths=list(snakemake.input.eval),
+        output_path=snakemake.output.problems,
+        dropped_path=snakemake.output.dropped,
+        stats_path=snakemake.output.stats,
+        filter_config=snakemake.params.filter,
+        decontamination=snakemake.params.decontamination,
+        id_prefix=f"synth-round{snakemake.wildcards.round}",
+        writer=snakemake.params.writer,
+        round_number=int(snakemake.wildcards.round),
+    )
