@@ -22,14 +22,15 @@ from snakeskills.workflow import snakemake_command
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 
-# pytest runs on two workers (pyproject's addopts): a workflow run leaves about a third of 2 cores idle (job
-# start-up, imports, Snakemake's own scheduling), which the other worker fills. Each module is one xdist group,
-# so its module and session fixtures (a finished run) are built once; modules that share a finished run form
-# one group. The slowest groups are queued first so the two workers start on them (--no-loadscope-reorder).
+# With pytest-xdist (`pytest -n 2 --dist=loadgroup --no-loadscope-reorder`, not yet the default: its whole-suite time
+# on 2 cores is still to be measured) each module is one xdist group, so its module and session fixtures (a
+# finished run) are built once; modules that share a finished run form one group. The slowest groups are queued
+# first so that two workers start on them; in a plain run the order is the same.
 SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run"}
 SLOWEST_GROUPS_FIRST = (
     "test_teacher",
     "test_real_model_loop",
+    "test_synthesis_workflow",
     "default-run",
     "test_slurm",
     "test_real_model",
@@ -39,6 +40,7 @@ SLOWEST_GROUPS_FIRST = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     def group(item) -> str:
         module = item.path.stem

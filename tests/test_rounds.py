@@ -90,13 +90,22 @@ def test_dataenvgym_example_plans_against_local_folders(tmp_path):
     assert config["sft"]["rounds_data"] == "accumulate" and config["sft"]["init"] == "base"
     rounds = config["rounds"]
     counts = dry_run_counts(tmp_path, configfile=configfile)
-    assert counts["generate"] == 4 * (rounds * 4 + (rounds + 1) * 2 * 4)
+    synthesis = config["synthesis"]
+    # per round, the agent writes (new_per_problem seeds) and answers (num_samples seeds) in 4 chunks each
+    writing = rounds * (synthesis["sources"]["new_per_problem"] + synthesis["label"]["num_samples"]) * 4
+    assert counts["generate"] == 4 * (rounds * 4 + (rounds + 1) * 2 * 4) + writing
+    assert counts["synthesis_sources"] == counts["synthesis_label"] == rounds and counts["synthesis_funnel"] == 1
     assert counts["sft"] == rounds and counts["eval"] == 1
     jobs = planned_jobs(tmp_path, configfile)
     last = f"round{rounds}"
-    assert judged_models(job_inputs(jobs, "sft_data", last)) == sorted(
+    inputs = job_inputs(jobs, "sft_data", last)
+    synthesized = [path for path in inputs if "/synthesis/" in path]
+    assert judged_models([path for path in inputs if path not in synthesized]) == sorted(
         ["student", *[f"round{r}" for r in range(1, rounds)]]
     )
+    assert synthesized == [
+        f"results/{config['experiment']}/synthesis/round{r}/gsm8k/judged.jsonl" for r in range(1, rounds + 1)
+    ]
     assert not [path for path in job_inputs(jobs, "sft", last) if path.endswith("/adapter")]
 
 
