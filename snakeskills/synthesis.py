@@ -343,7 +343,7 @@ def label_problems(
         verified = [record["label_correct"] for record in labelled if record["label_correct"] is not None]
         counts["label_checked"] = len(verified)
         counts["label_accuracy"] = round(sum(verified) / len(verified), 4) if verified else None
-    judged = judge_against_labels(labelled, solver_seed_rows, judge_config, num_workers=num_workers)
+    judged = judge_against_labels(labelled, solver_seed_rows, same, extract)
     logger.info(
         "%d synthesized problems: %d labelled (agreement >= %s), %d below it, %d ties, %d with no answer",
         counts["problems"],
@@ -377,20 +377,32 @@ def check_labels(
 
 
 def judge_against_labels(
-    labelled: list[dict], solver_seed_rows: list[list[dict]], judge_config: dict, *, num_workers: int
+    labelled: list[dict], solver_seed_rows: list[list[dict]], same: Callable[[str, str], bool], extract: dict
 ) -> list[list[dict]]:
-    """Each seed's solver rows for the labelled problems, in the labelled order, judged against the label."""
-    from snakeskills.judge import judge_records
-
+    """Each seed's solver rows for the labelled problems, in the labelled order, judged against the label with the
+    equivalence already decided for the majority (the label is one of each problem's compared answers)."""
     by_id = {record["id"]: record for record in labelled}
     judged = []
     for rows in solver_seed_rows:
         position = {row["id"]: row for row in rows}
-        seed_rows = [
-            {**position[problem_id], **{key: by_id[problem_id][key] for key in ("expected_answer", "agreement")}}
-            for problem_id in by_id
-        ]
-        judged.append(judge_records(seed_rows, judge_config, num_workers=num_workers))
+        seed_rows = []
+        for problem_id, record in by_id.items():
+            row = position[problem_id]
+            answer = extract_answer(row["generation"], **extract)
+            label = record["expected_answer"]
+            correct = answer is not None and (
+                normalize_answer(answer) == label or same(label, normalize_answer(answer))
+            )
+            seed_rows.append(
+                {
+                    **row,
+                    "expected_answer": label,
+                    "agreement": record["agreement"],
+                    "predicted_answer": answer,
+                    "symbolic_correct": correct,
+                }
+            )
+        judged.append(seed_rows)
     return judged
 
 
