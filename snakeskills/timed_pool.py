@@ -4,8 +4,10 @@ math-verify's own timeout uses ``signal.alarm``, which only works on a process's
 cannot interrupt C code (a sympy power like ``10^10^10^10`` never returns to the interpreter).
 Here every task runs in a worker process; the parent watches the clock and, when a task runs past
 its limit, kills that worker (SIGKILL), records the task as timed out, and starts a fresh worker.
-An optional address-space limit makes a runaway task fail with ``MemoryError`` instead of
-exhausting the node's memory.
+An optional memory limit makes a runaway task fail with ``MemoryError`` instead of exhausting the
+node's memory. It bounds what a worker may add to the address space it was forked with: a worker
+forked from a process that already maps gigabytes (a model trained or loaded in the same process)
+would otherwise start above an absolute limit and die on its first allocation.
 """
 
 from __future__ import annotations
@@ -30,11 +32,20 @@ class Outcome:
     error: str | None = None
 
 
+def _address_space_bytes() -> int:
+    """This process's virtual address space (Linux ``/proc``); 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _worker_main(function, connection, memory_limit_mb):
     if memory_limit_mb:
         import resource
 
-        limit = memory_limit_mb * 1024 * 1024
+        limit = _address_space_bytes() + memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         message = connection.recv()
