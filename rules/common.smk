@@ -26,7 +26,7 @@ min_version("9.0")
 
 # benchmark presets merged with the keys given next to them, then the schema checks the full config and fills
 # its defaults; then the cross-key, model folder and results folder checks
-prepare_config(config)
+prepare_config(config, verbose=workflow.output_settings.verbose)
 GPU_NODES = planning_for_gpu_nodes()
 check_config(config, gpus_available=GPU_NODES)
 check_model_paths(config)

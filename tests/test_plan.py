@@ -12,7 +12,6 @@ import copy
 import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, NO_SERVER, REPO, teacher_section
-from snakemake.exceptions import WorkflowError
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan import (
@@ -22,6 +21,7 @@ from snakeskills.plan import (
     check_model_paths,
     check_results_dir,
     prepare_config,
+    schema_error,
     training_gpus,
     training_processes,
 )
@@ -175,18 +175,25 @@ def test_mistakes_that_cost_nothing_to_find_stop_the_plan(mutate, message):
         (lambda config: config["generation"]["sampling"].update(temprature=0.7), ["temprature"]),
         (lambda config: config.update(num_seeds="four"), ["num_seeds", "four"]),
         (lambda config: config.update(num_chunks=0), ["num_chunks", "less than the minimum of 1"]),
-        (lambda config: config["generation"].update(backend="tgi"), ["'tgi' is not one of ['hf', 'vllm', 'openai']"]),
+        (
+            lambda config: config["generation"].update(backend="tgi"),
+            ["config key generation.backend: 'tgi' is not one of 'hf', 'vllm', 'openai'"],
+        ),
         (lambda config: config["sft"].update(rounds_data="sometimes"), ["sometimes"]),
         (lambda config: config["sft"].update(init="sometimes"), ["sometimes"]),
         (lambda config: config.update(teacher={**teacher_section(), "later_rounds": "never"}), ["later_rounds"]),
-        (lambda config: config.update(teacher={"generation": teacher_section()["generation"]}), ["'prompt'"]),
+        (
+            lambda config: config.update(teacher={"generation": teacher_section()["generation"]}),
+            ["config key teacher lacks required key(s): prompt"],
+        ),
     ],
     ids=["typo", "type", "range", "backend", "rounds-data", "init", "teacher-enum", "teacher-prompt"],
 )
 def test_schema_mistakes_name_the_key(mutate, words):
-    with pytest.raises(WorkflowError) as error:
+    with pytest.raises(SnakeskillsError) as error:
         checked(mutate)
-    assert all(word in str(error.value) for word in words), str(error.value)[:2000]
+    assert all(word in str(error.value) for word in words), str(error.value)
+    assert len(str(error.value).splitlines()) <= 4, str(error.value)
 
 
 def test_unknown_preset_names_the_key():
@@ -531,3 +538,59 @@ def test_sft_pools_synthesized_problems_as_configured(sft_data, rounds_data, pro
     synthesized = [path for source, path in plan.sft_judged_sources("round2") if source == "synthesized"]
     assert synthesized[-1] == "results/tiny-arithmetic/synthesis/round2/arithmetic/judged.jsonl"
     assert plan.train_sampled_models() == train_sampled, "only failures or SFT sources sample the train split"
+
+
+# ---------------------------------------------------------------- schema errors: short, with the key's path
+
+
+def test_unknown_key_names_its_path_and_the_closest_known_key():
+    config = copy.deepcopy(DEFAULT)
+    config["num_seed"] = 2
+    config["generation"]["sampling"]["temprature"] = 0.7
+    message = schema_error(config)
+    assert message.splitlines()[:2] == [
+        "unknown config key generation.sampling.temprature: did you mean 'temperature'?",
+        "unknown config key num_seed: did you mean 'num_seeds'?",
+    ] or message.splitlines()[:2] == [
+        "unknown config key num_seed: did you mean 'num_seeds'?",
+        "unknown config key generation.sampling.temprature: did you mean 'temperature'?",
+    ], message
+    assert len(message.splitlines()) == 3
+
+
+def test_wrong_type_and_value_name_the_key_and_the_value():
+    config = copy.deepcopy(DEFAULT)
+    config["generation"]["sampling"]["temperature"] = "hot"
+    assert (
+        schema_error(config).splitlines()[0] == "config key generation.sampling.temperature: expected number, got 'hot'"
+    )
+    config = copy.deepcopy(DEFAULT)
+    config["generation"]["backend"] = "vlm"
+    first = schema_error(config).splitlines()[0]
+    assert first.startswith("config key generation.backend: 'vlm' is not one of 'hf', "), first
+
+
+def test_field_map_typo_and_missing_keys_are_short():
+    config = copy.deepcopy(DEFAULT)
+    config["benchmarks"]["mine"] = {"source": "jsonl", "jsonl": {"test": "/data/x.jsonl"}}
+    del config["experiment"]
+    lines = schema_error(config).splitlines()
+    assert "unknown config key benchmarks.mine.jsonl.test: known keys: paths" in lines
+    assert "the config lacks required key(s): experiment" in lines
+    assert len(lines) <= 5
+
+
+def test_schema_violation_raises_the_short_message_and_the_full_one_only_when_verbose():
+    config = copy.deepcopy(DEFAULT)
+    config["num_seed"] = 2
+    with pytest.raises(SnakeskillsError) as short:
+        prepare_config(copy.deepcopy(config))
+    assert str(short.value).startswith("unknown config key num_seed: did you mean 'num_seeds'?")
+    assert len(str(short.value).splitlines()) == 2
+    with pytest.raises(SnakeskillsError) as verbose:
+        prepare_config(copy.deepcopy(config), verbose=True)
+    assert "Failed validating" in str(verbose.value) and len(str(verbose.value).splitlines()) > 100
+
+
+def test_valid_config_has_no_schema_error():
+    assert schema_error(copy.deepcopy(DEFAULT)) is None
