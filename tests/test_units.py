@@ -607,3 +607,20 @@ def test_cast_saved_weights_names_the_dtype_under_every_key_the_config_uses(tmp_
     written = {key for key in ("dtype", "torch_dtype") if key in config}
     assert written == (expected or {"dtype", "torch_dtype"})
     assert {config[key] for key in written} == {"bfloat16"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"), [(["22", "twenty-two"], "list"), ({"value": 22}, "dict"), (True, "bool")], ids=str
+)
+def test_prepare_split_non_scalar_expected_answer_is_refused_not_stringified(tmp_path, answer, kind):
+    """A list of accepted answers used to become the string "['22', 'twenty-two']", which never matches."""
+    path = tmp_path / "src.jsonl"
+    write_jsonl(path, [{"problem": "1+1", "expected_answer": "2"}, {"problem": "11+11", "expected_answer": answer}])
+    with pytest.raises(SnakeskillsError, match=rf"src\.jsonl.*row 2: field 'expected_answer' is a {kind} "):
+        prepare_split("b", jsonl_spec(path), "test")
+
+
+def test_prepare_split_numeric_expected_answer_becomes_its_string(tmp_path):
+    path = tmp_path / "src.jsonl"
+    write_jsonl(path, [{"problem": "1+1", "expected_answer": 2}, {"problem": "1/2", "expected_answer": 0.5}])
+    assert [row["expected_answer"] for row in prepare_split("b", jsonl_spec(path), "test")] == ["2", "0.5"]

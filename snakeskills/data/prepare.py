@@ -228,6 +228,14 @@ def normalize_records(records: list[dict], *, benchmark: str, split: str, where:
         for field in REQUIRED_FIELDS:
             if record.get(field) is None or str(record[field]).strip() == "":
                 raise SnakeskillsError(f"{where}: row {index + 1} lacks required field {field!r}")
+            value = record[field]
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+                raise SnakeskillsError(
+                    f"{where}: row {index + 1}: field {field!r} is a {type(value).__name__} ({shown}); it must be "
+                    "one string or number. Several accepted answers are not supported: keep one (a field_map "
+                    "regex or a column that holds a single answer)"
+                )
         record_id = str(record["id"]) if record.get("id") is not None else f"{benchmark}-{split}-{index:06d}"
         if record_id in seen_ids:
             raise SnakeskillsError(f"{where}: row {index + 1} repeats id {record_id!r}; ids must be unique")
