@@ -263,9 +263,20 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
     gpus = training_gpus(config, gpus_available)
     processes = training_processes(config, gpus_available)
     if gpus > 0 and processes != gpus:
+        gpus_origin = (
+            "sft.gpus"
+            if sft["gpus"] is not None
+            else f"sft.gpus is null: one GPU where the run may use GPUs, generation.device is "
+            f"{config['generation']['device']!r}"
+        )
         raise SnakeskillsError(
-            f"config key sft.processes is {processes} but the sft job has {gpus} GPU(s) (sft.gpus): training "
+            f"config key sft.processes is {processes} but the sft job has {gpus} GPU(s) ({gpus_origin}): training "
             "runs one process per GPU; set sft.processes to null or to sft.gpus"
+            + (
+                ""
+                if sft["gpus"] is not None
+                else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
+            )
         )
     training = sft["training"]
     check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")

@@ -594,3 +594,24 @@ def test_schema_violation_raises_the_short_message_and_the_full_one_only_when_ve
 
 def test_valid_config_has_no_schema_error():
     assert schema_error(copy.deepcopy(DEFAULT)) is None
+
+
+def test_unset_api_key_variable_stops_the_plan_naming_the_full_key(monkeypatch):
+    monkeypatch.delenv("SNAKESKILLS_UNSET_KEY", raising=False)
+    teacher = teacher_section()
+    teacher["generation"]["openai"]["api_key_env"] = "SNAKESKILLS_UNSET_KEY"
+    with pytest.raises(
+        SnakeskillsError,
+        match=r"config key teacher\.generation\.openai\.api_key_env: environment variable SNAKESKILLS_UNSET_KEY is "
+        "not set",
+    ):
+        checked(teacher=teacher)
+    monkeypatch.setenv("SNAKESKILLS_UNSET_KEY", "k")
+    checked(teacher=teacher)
+
+
+def test_cpu_processes_without_gpus_key_say_what_to_set():
+    with pytest.raises(SnakeskillsError) as error:
+        checked(lambda config: config["sft"].update(processes=2), gpus_available=True)
+    message = str(error.value)
+    assert "sft.gpus is null" in message and "set generation.device: cpu" in message, message

@@ -8,6 +8,7 @@ section (``generation``, ``teacher.generation``, ``judge.llm.generation``) names
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,6 +71,12 @@ def _check_openai(generation: dict, key: str) -> None:
     _check_not_hf(generation, key)
     if "openai" not in generation:
         raise SnakeskillsError(f"config key {key}.openai (base_url, model) is required when {key}.backend is openai")
+    variable = generation["openai"]["api_key_env"]
+    if variable and variable not in os.environ:
+        raise SnakeskillsError(
+            f"config key {key}.openai.api_key_env: environment variable {variable} is not set; export it before "
+            "running snakemake (the key is read from the environment only, never from the config)"
+        )
 
 
 def _build_hf(**options):
