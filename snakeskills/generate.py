@@ -17,6 +17,7 @@ from pathlib import Path
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import fingerprint, read_jsonl
+from snakeskills.progress import Progress
 from snakeskills.resumable import process_resumable
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ def generate_chunk(
     records = read_jsonl(prepared_path)
     start, end = chunk_bounds(len(records), chunk_index, num_chunks, allow_empty=allow_empty_chunk)
     first_batch = True
+    progress = Progress(end - start, label=f"generate {Path(output_path).name}")
 
     def generate_batch(batch: list[dict]) -> list[dict]:
         nonlocal first_batch
@@ -112,7 +114,7 @@ def generate_chunk(
         if first_batch:
             log_model_input(requests[0], backend)
             first_batch = False
-        results = backend.generate(requests, sampling)
+        results = backend.generate(requests, sampling, on_results=progress.on_results)
         return [generated_record(record, result, random_seed) for record, result in zip(batch, results, strict=True)]
 
     counts = process_resumable(
@@ -121,5 +123,6 @@ def generate_chunk(
         output_path=output_path,
         rows_per_flush=rows_per_flush,
         job_fingerprint=job_fingerprint,
+        progress=progress,
     )
     return {"rows": counts["rows"], "resumed_rows": counts["resumed_rows"], "generated_rows": counts["processed_rows"]}

@@ -18,6 +18,7 @@ from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import row_seed
 from snakeskills.io import fingerprint, read_jsonl
+from snakeskills.progress import Progress
 from snakeskills.resumable import process_resumable
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ def llm_judge_chunk(
             if field not in row:
                 raise SnakeskillsError(f"{judged_path}:{line_number}: judged row lacks field {field!r}")
     calls = {"model": 0, "skipped": 0}
+    progress = Progress(len(rows), label=f"llm judge {Path(output_path).name}")
 
     def judge_batch(batch: list[dict]) -> list[dict]:
         judgements = [certain_judgement(row) for row in batch]
@@ -82,7 +84,8 @@ def llm_judge_chunk(
             )
             for index in to_ask
         ]
-        results = backend.generate(requests, sampling) if requests else []
+        progress.advance(len(batch) - len(to_ask))  # verdicts certain without the model
+        results = backend.generate(requests, sampling, on_results=progress.on_results) if requests else []
         for index, result in zip(to_ask, results, strict=True):
             judgements[index] = result.generation
         calls["model"] += len(to_ask)
@@ -98,6 +101,7 @@ def llm_judge_chunk(
         output_path=output_path,
         rows_per_flush=rows_per_flush,
         job_fingerprint=job_fingerprint,
+        progress=progress,
     )
     counts.update(model_calls=calls["model"], skipped_calls=calls["skipped"])
     logger.info("llm judge: %s", counts)

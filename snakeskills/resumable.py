@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,11 @@ def read_progress(progress_path: str | Path, job_fingerprint: str) -> list[dict]
     progress_path = Path(progress_path)
     if not progress_path.exists():
         return []
-    lines = read_jsonl(progress_path)
+    try:
+        lines = read_jsonl(progress_path)
+    except SnakeskillsError as error:  # damaged by hand or by the disk: its rows cannot be trusted
+        logger.warning("progress file is damaged (%s); starting its job over", error)
+        return []
     if not lines or lines[0].get(FINGERPRINT_KEY) != job_fingerprint:
         logger.warning("progress file %s was written with other settings or inputs; starting over", progress_path)
         return []
@@ -57,10 +62,12 @@ def process_resumable(
     output_path: str | Path,
     rows_per_flush: int,
     job_fingerprint: str,
+    progress=None,
 ) -> dict:
     """Run ``process_batch`` over ``rows`` (resuming from the progress file); returns row counts.
 
     ``job_fingerprint`` (``snakeskills.io.fingerprint``) must change whenever anything deciding the results does.
+    ``progress`` (``snakeskills.progress.Progress``), advanced by ``process_batch``, is told the resumed rows.
     """
     progress_path = progress_path_for(output_path)
     done_rows = read_progress(progress_path, job_fingerprint)
@@ -70,6 +77,8 @@ def process_resumable(
     resumed = len(done_rows)
     if resumed:
         logger.info("resuming %s: %d of %d rows already done", output_path, resumed, len(rows))
+    if progress is not None:
+        progress.resume(resumed)
     for batch_start in range(resumed, len(rows), rows_per_flush):
         batch = rows[batch_start : batch_start + rows_per_flush]
         results = process_batch(batch)
@@ -77,7 +86,7 @@ def process_resumable(
             raise RuntimeError(f"batch of {len(batch)} rows gave {len(results)} results")
         done_rows.extend(results)
         write_progress(progress_path, job_fingerprint, done_rows)
-        logger.info("%d/%d rows of %s done", len(done_rows), len(rows), output_path)
+        logger.info("%d/%d rows of %s saved to its progress file", len(done_rows), len(rows), output_path)
     write_jsonl(output_path, done_rows)
     if progress_path.exists():
         os.unlink(progress_path)

@@ -111,3 +111,38 @@ def test_samples_do_not_depend_on_chunking(backend, prepared, tmp_path):
         parts.extend(read_jsonl(part))
     assert [row["generation"] for row in parts] == [row["generation"] for row in read_jsonl(whole)]
     assert len({row["generation"] for row in parts}) > 5, "sampling at temperature 1 should vary across rows"
+
+
+def test_damaged_progress_file_starts_its_job_over_with_a_warning(backend, prepared, tmp_path, monkeypatch, caplog):
+    reference = tmp_path / "reference.jsonl"
+    _generate(backend, prepared, reference)
+    output = tmp_path / "out.jsonl"
+    run_killed_after_batches(backend, monkeypatch, lambda: _generate(backend, prepared, output), batches=2)
+    progress = progress_path_for(output)
+    progress.write_text(progress.read_text()[:-30])  # the last row cut in the middle
+    with caplog.at_level("WARNING"):
+        assert _generate(backend, prepared, output)["resumed_rows"] == 0
+    assert "progress file is damaged" in caplog.text and "starting its job over" in caplog.text
+    assert output.read_bytes() == reference.read_bytes()
+
+
+def test_generate_log_says_rows_done_rate_and_eta_each_batch(backend, prepared, tmp_path, monkeypatch, caplog):
+    """The tiny backend's batches finish in milliseconds: with no minimum interval every batch reports."""
+    import re
+
+    import snakeskills.progress
+
+    original = snakeskills.progress.Progress.__init__
+    monkeypatch.setattr(
+        snakeskills.progress.Progress,
+        "__init__",
+        lambda self, total, **options: original(self, total, **{**options, "min_interval": 0.0}),
+    )
+    with caplog.at_level("INFO", logger="snakeskills.progress"):
+        _generate(backend, prepared, tmp_path / "out.jsonl")
+    lines = [record.getMessage() for record in caplog.records if record.name == "snakeskills.progress"]
+    # flushes of 10 rows, each generated in backend batches of 7 and 3
+    assert [int(re.search(r": (\d+)/40 rows", line).group(1)) for line in lines] == [7, 10, 17, 20, 27, 30, 37, 40]
+    pattern = r"^generate out\.jsonl: 7/40 rows \(17\.5%\), [\d.]+ rows/s, [\d.]+ generated tokens/s, elapsed \d+s, ETA \d+s$"
+    assert re.match(pattern, lines[0]), lines[0]
+    assert lines[-1].startswith("generate out.jsonl: 40/40 rows (100.0%)") and lines[-1].endswith(", done")

@@ -85,11 +85,11 @@ def test_server_stopping_mid_run_fails_cleanly_and_rerun_completes(tiny_checkpoi
         original_generate = backend.generate
         calls = []
 
-        def generate_then_lose_the_server(requests, sampling):
+        def generate_then_lose_the_server(requests, sampling, **options):
             calls.append(len(requests))
             if len(calls) == 2:
                 stoppable.stop()  # the server goes away after the first batch
-            return original_generate(requests, sampling)
+            return original_generate(requests, sampling, **options)
 
         backend.generate = generate_then_lose_the_server
         output = tmp_path / "out.jsonl"

@@ -250,9 +250,12 @@ class HFBackend:
             self.context_length,
         )
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+    def generate(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
+    ) -> list[GenerationResult]:
         """Results in the order of ``requests``. Prompts are batched longest first, so that each batch pads
-        its prompts to similar lengths (and a batch too large for memory fails at the start)."""
+        its prompts to similar lengths (and a batch too large for memory fails at the start). ``on_results``
+        (``snakeskills.progress``) is called with each batch's results as it finishes."""
         results: list[GenerationResult | None] = [
             context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
             for request in requests
@@ -266,14 +269,15 @@ class HFBackend:
         if self._compiled_step is not None and fitting:
             longest = len(requests[fitting[0]].prompt_token_ids) + sampling.max_new_tokens
             cache_length = -(-longest // 128) * 128
+        if on_results is not None and len(fitting) < len(requests):
+            on_results([result for result in results if result is not None])  # prompts too long: soft failures
         for start in range(0, len(fitting), self.batch_size):
             batch = [requests[index] for index in fitting[start : start + self.batch_size]]
-            for index, result in zip(
-                fitting[start : start + self.batch_size],
-                self._generate_batch(batch, sampling, cache_length),
-                strict=True,
-            ):
+            batch_results = self._generate_batch(batch, sampling, cache_length)
+            for index, result in zip(fitting[start : start + self.batch_size], batch_results, strict=True):
                 results[index] = result
+            if on_results is not None:
+                on_results(batch_results)
         return results
 
     def left_padded(self, prompts_token_ids):

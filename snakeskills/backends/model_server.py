@@ -194,7 +194,9 @@ class SharedModelBackend:
             raise SnakeskillsError(f"model server: {reply['error']}")
         return reply
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+    def generate(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
+    ) -> list[GenerationResult]:
         reply = self._call(
             {
                 "op": "generate",
@@ -203,7 +205,10 @@ class SharedModelBackend:
                 "chat_template": self.chat_template,
             }
         )
-        return [GenerationResult(**result) for result in reply["results"]]
+        results = [GenerationResult(**result) for result in reply["results"]]
+        if on_results is not None:
+            on_results(results)  # the server answers the whole call at once
+        return results
 
     def close(self) -> None:
         self.reader.close()

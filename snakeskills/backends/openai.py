@@ -85,14 +85,23 @@ class OpenAIBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
         logger.info("openai backend: model %s at %s (%s API)", model, base_url, api)
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        return asyncio.run(self._generate_all(requests, sampling))
+    def generate(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
+    ) -> list[GenerationResult]:
+        return asyncio.run(self._generate_all(requests, sampling, on_results))
 
-    async def _generate_all(self, requests, sampling):
+    async def _generate_all(self, requests, sampling, on_results=None):
         client = self.openai.AsyncOpenAI(**self.client_options)
         semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(request):
+            result = await self._generate_one(client, semaphore, request, sampling)
+            if on_results is not None:
+                on_results([result])
+            return result
+
         try:
-            return await asyncio.gather(*(self._generate_one(client, semaphore, r, sampling) for r in requests))
+            return await asyncio.gather(*(one(request) for request in requests))
         finally:
             await client.close()
 

@@ -56,7 +56,9 @@ class VLLMBackend:
         self.lora_request = LoRARequest("adapter", 1, adapter_path) if adapter_path else None
         logger.info("loaded model %s%s with vLLM", model_path, f" + adapter {adapter_path}" if adapter_path else "")
 
-    def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+    def generate(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
+    ) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [
             context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
             for request in requests
@@ -66,6 +68,8 @@ class VLLMBackend:
             generated = self._generate([requests[index] for index in fitting], sampling)
             for index, result in zip(fitting, generated, strict=True):
                 results[index] = result
+        if on_results is not None:
+            on_results(results)  # vLLM schedules the whole call at once: one report at its end
         return results
 
     def _generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:

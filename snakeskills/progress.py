@@ -1,0 +1,87 @@
+"""How far a long job is, in its log: rows done / total, rows/s, generated tokens/s, elapsed time and ETA.
+
+Backends report each batch of results as it finishes (``generate(..., on_results=...)``); ``Progress`` turns
+those reports into log lines, at most one every ``min_interval`` seconds plus one when the last row is done,
+so a job's log answers "how long until this finishes?" without one line per row. Rates count only the rows
+this run produced, not rows resumed from a progress file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+
+def format_duration(seconds: float) -> str:
+    """``"2h05m"``, ``"3m41s"`` or ``"12s"``."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+class Progress:
+    """Counts rows (and generated tokens) of one job toward ``total`` and logs how far it is."""
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        label: str,
+        min_interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.total = total
+        self.label = label
+        self.min_interval = min_interval
+        self.clock = clock
+        self.log = log or logger.info
+        self.started = clock()
+        self.last_logged = self.started
+        self.resumed = 0
+        self.done = 0
+        self.tokens = 0
+
+    def resume(self, rows: int) -> None:
+        """Rows an earlier run already did: they count toward the total but not toward the rates."""
+        self.resumed = rows
+        self.done = rows
+
+    def advance(self, rows: int, tokens: int = 0) -> None:
+        self.done += rows
+        self.tokens += tokens
+        now = self.clock()
+        if self.done >= self.total or now - self.last_logged >= self.min_interval:
+            self.last_logged = now
+            self.log(self.line(now))
+
+    def line(self, now: float | None = None) -> str:
+        now = self.clock() if now is None else now
+        elapsed = max(now - self.started, 1e-9)
+        produced = self.done - self.resumed
+        rows_per_second = produced / elapsed
+        parts = [
+            f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%)",
+            f"{rows_per_second:.2f} rows/s",
+            f"{self.tokens / elapsed:.1f} generated tokens/s",
+            f"elapsed {format_duration(elapsed)}",
+        ]
+        if self.done >= self.total:
+            parts.append("done")
+        elif produced:
+            parts.append(f"ETA {format_duration((self.total - self.done) / rows_per_second)}")
+        else:
+            parts.append("ETA unknown")
+        return ", ".join(parts)
+
+    def on_results(self, results) -> None:
+        """A backend's callback: a batch of ``GenerationResult`` is done."""
+        self.advance(len(results), sum(result.num_generated_tokens for result in results))
