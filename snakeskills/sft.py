@@ -324,5 +324,8 @@ if __name__ == "__main__":
     # one of the processes `launch_sft` starts: train_sft's arguments come as one JSON argument
     import sys
 
+    from snakeskills.workflow import quiet_libraries
+
+    quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     train_sft(**json.loads(sys.argv[1]))

@@ -235,9 +235,63 @@ def sft_trainer(
         claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
         resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
     trainer = SFTTrainer(
-        model=model, args=arguments, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
+        model=model,
+        args=arguments,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[*(callbacks or []), step_logger()],
     )
     return trainer, resume_from
+
+
+def step_logger(min_interval: float = 30.0):
+    """A TrainerCallback writing ``step i/N``, loss, learning rate, examples/s, elapsed time and ETA to the job's
+    log (through logging, not the console) at the trainer's logging steps and at least every ``min_interval``
+    seconds, and the total time at the end."""
+    import time
+
+    from transformers import TrainerCallback
+
+    from snakeskills.progress import format_duration
+
+    class StepLogger(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = self.last_logged = time.monotonic()
+            self.first_step = state.global_step  # above 0 when resumed from a checkpoint
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() - self.last_logged >= min_interval:
+                control.should_log = True  # the trainer then computes and logs the loss at this step
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs or "loss" not in logs:
+                return
+            now = time.monotonic()
+            self.last_logged = now
+            elapsed = max(now - self.started, 1e-9)
+            steps = state.global_step - self.first_step
+            per_step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
+            eta = (state.max_steps - state.global_step) * elapsed / steps if steps else 0.0
+            logger.info(
+                "step %d/%d, loss %.4f, learning rate %.3g, %.1f examples/s, elapsed %s, ETA %s",
+                state.global_step,
+                state.max_steps,
+                float(logs["loss"]),
+                float(logs.get("learning_rate", "nan")),
+                steps * per_step / elapsed,
+                format_duration(elapsed),
+                format_duration(eta),
+            )
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                elapsed = time.monotonic() - self.started
+                logger.info(
+                    "training done: %d steps in %s", state.global_step - self.first_step, format_duration(elapsed)
+                )
+
+    return StepLogger()
 
 
 def train_on_examples(model, tokenizer, examples: list[dict], **settings):

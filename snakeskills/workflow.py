@@ -13,6 +13,19 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json
 
 
+def quiet_libraries() -> None:
+    """Keep a job's log readable: no progress bars (carriage-return lines in a file) from datasets and
+    transformers, and no library deprecation warnings (our own progress lines say how far a job is)."""
+    import warnings
+
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm >= 4.66 reads its defaults from TQDM_* variables
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    # libraries raise these with stacklevel pointing at the caller, so they are filtered by category
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
 @contextlib.contextmanager
 def script_logging(log_path: str) -> Iterator[logging.Logger]:
     """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message.
@@ -26,6 +39,7 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
         logging.basicConfig(
             stream=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", force=True
         )
+        quiet_libraries()
         logger = logging.getLogger("snakeskills")
         if os.environ.get("SLURM_JOB_ID"):
             # on a cluster: ties the log to `sacct -j <id>` and the SLURM log (tests/test_slurm.py reads it)

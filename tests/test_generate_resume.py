@@ -143,6 +143,9 @@ def test_generate_log_says_rows_done_rate_and_eta_each_batch(backend, prepared, 
     lines = [record.getMessage() for record in caplog.records if record.name == "snakeskills.progress"]
     # flushes of 10 rows, each generated in backend batches of 7 and 3
     assert [int(re.search(r": (\d+)/40 rows", line).group(1)) for line in lines] == [7, 10, 17, 20, 27, 30, 37, 40]
-    pattern = r"^generate out\.jsonl: 7/40 rows \(17\.5%\), [\d.]+ rows/s, [\d.]+ generated tokens/s, elapsed \d+s, ETA \d+s$"
+    pattern = (
+        r"^generate out\.jsonl: 7/40 rows \(17\.5%\), [\d.]+ rows/s, [\d.]+ generated tokens/s, "
+        r"elapsed \d+s, ETA \d+s$"
+    )
     assert re.match(pattern, lines[0]), lines[0]
     assert lines[-1].startswith("generate out.jsonl: 40/40 rows (100.0%)") and lines[-1].endswith(", done")

@@ -46,3 +46,19 @@ def test_accumulation_keeps_batch_size_the_examples_per_optimizer_step(tiny_chec
         sft_training_rows(
             tiny_checkpoint, examples, tmp_path, max_length=32, batch_size=8, gradient_accumulation_steps=3
         )
+
+
+def test_training_log_has_steps_loss_rate_and_total_time(tiny_checkpoint, examples, tmp_path, caplog):
+    """The job's log (logging, where script_logging sends it), not the console, gets TRL's loss lines."""
+    import re
+
+    _, trainer = sft_training_rows(tiny_checkpoint, examples, tmp_path, max_length=32, batch_size=1)
+    trainer.args.logging_steps = 4
+    with caplog.at_level("INFO", logger="snakeskills.training"):
+        trainer.train()
+    lines = [record.getMessage() for record in caplog.records if record.name == "snakeskills.training"]
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split(",")[0] for line in steps] == ["step 4/8", "step 8/8"], lines
+    pattern = r"^step 4/8, loss \d+\.\d{4}, learning rate [\d.e-]+, [\d.]+ examples/s, elapsed \d+s, ETA \d+s$"
+    assert re.match(pattern, steps[0]), steps[0]
+    assert lines[-1].startswith("training done: 8 steps in "), lines
