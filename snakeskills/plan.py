@@ -27,18 +27,15 @@ def prepare_config(config: dict, *, verbose: bool = False) -> None:
 
     A schema violation raises a ``SnakeskillsError`` of one or two lines (``schema_error``); Snakemake's own
     message, with the schema and the config, follows it only with ``verbose``."""
-    import copy
-
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
     if "benchmarks" in config:
         config["benchmarks"] = apply_presets(config["benchmarks"])
-    given = copy.deepcopy(config)
     try:
         validate(config, schema=str(SCHEMA))
-    except WorkflowError as error:
-        message = schema_error(given) or str(error)
+    except WorkflowError as error:  # the defaults filled before the failure add no violation of their own
+        message = schema_error(config) or str(error)
         if verbose:
             raise SnakeskillsError(f"{message}\n\n{error}") from None
         raise SnakeskillsError(message) from None

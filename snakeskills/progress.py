@@ -1,7 +1,7 @@
 """How far a long job is, in its log: rows done / total, rows/s, generated tokens/s, elapsed time and ETA.
 
 Backends report each batch of results as it finishes (``generate(..., on_results=...)``); ``Progress`` turns
-those reports into log lines, at most one every ``min_interval`` seconds plus one when the last row is done,
+those reports into log lines, at most one every ``MIN_INTERVAL_SECONDS`` plus one when the last row is done,
 so a job's log answers "how long until this finishes?" without one line per row. Rates count only the rows
 this run produced, not rows resumed from a progress file.
 """
@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
+
+MIN_INTERVAL_SECONDS = 10.0  # between two progress lines of one job
 
 
 def format_duration(seconds: float) -> str:
@@ -35,13 +37,13 @@ class Progress:
         total: int,
         *,
         label: str,
-        min_interval: float = 10.0,
+        min_interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         log: Callable[[str], None] | None = None,
     ):
         self.total = total
         self.label = label
-        self.min_interval = min_interval
+        self.min_interval = MIN_INTERVAL_SECONDS if min_interval is None else min_interval
         self.clock = clock
         self.log = log or logger.info
         self.started = clock()

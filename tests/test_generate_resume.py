@@ -132,12 +132,7 @@ def test_generate_log_says_rows_done_rate_and_eta_each_batch(backend, prepared, 
 
     import snakeskills.progress
 
-    original = snakeskills.progress.Progress.__init__
-    monkeypatch.setattr(
-        snakeskills.progress.Progress,
-        "__init__",
-        lambda self, total, **options: original(self, total, **{**options, "min_interval": 0.0}),
-    )
+    monkeypatch.setattr(snakeskills.progress, "MIN_INTERVAL_SECONDS", 0.0)
     with caplog.at_level("INFO", logger="snakeskills.progress"):
         _generate(backend, prepared, tmp_path / "out.jsonl")
     lines = [record.getMessage() for record in caplog.records if record.name == "snakeskills.progress"]

@@ -22,6 +22,7 @@ the config (``apply_presets``), then runs ``check_benchmark_specs``.
 from __future__ import annotations
 
 import copy
+import numbers
 import os
 import re
 from pathlib import Path
@@ -229,7 +230,7 @@ def normalize_records(records: list[dict], *, benchmark: str, split: str, where:
             if record.get(field) is None or str(record[field]).strip() == "":
                 raise SnakeskillsError(f"{where}: row {index + 1} lacks required field {field!r}")
             value = record[field]
-            if isinstance(value, bool) or not isinstance(value, str | int | float):
+            if isinstance(value, bool) or not isinstance(value, str | numbers.Number):
                 shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
                 raise SnakeskillsError(
                     f"{where}: row {index + 1}: field {field!r} is a {type(value).__name__} ({shown}); it must be "
