@@ -9,6 +9,7 @@ Mistakes raise ``SnakeskillsError`` naming the config key, before any job runs.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, fields
@@ -196,6 +197,14 @@ def _check_synthesis(config: dict) -> None:
                 "config key synthesis.label.prompt (how the writer is asked to solve) is required when "
                 "synthesis.label.solver is writer and synthesis.writer is own"
             )
+    pattern = synthesis["filter"]["pattern"]
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise SnakeskillsError(
+                f"config key synthesis.filter.pattern: {pattern!r} is not a regular expression ({error})"
+            ) from None
     for key in ("train_split", "eval_split"):
         if synthesis_split_part(config[key]) is not None:
             raise SnakeskillsError(f"config key {key}: split names synth-round<r>... are kept for synthesized data")
@@ -311,6 +320,41 @@ def check_model_paths(config: dict) -> None:
                 f"config key {key}: {path!r} is not a folder; give a local Hugging Face checkpoint folder "
                 "(download it first, e.g. `hf download <repo> --local-dir <folder>`)"
             )
+        problem = checkpoint_folder_problem(Path(path))
+        if problem:
+            raise SnakeskillsError(f"config key {key}: {path!r} {problem}")
+
+
+# the files a tokenizer loads from: a fast tokenizer's tokenizer.json, a SentencePiece model, or a slow BPE or
+# WordPiece vocabulary; custom tokenizer code (tokenization_*.py, trust_remote_code) loads its own files
+_SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+_VOCABULARY_FILES = (("vocab.json", "merges.txt"), ("vocab.txt",), ("tokenizer.tiktoken",))
+
+
+def checkpoint_folder_problem(folder: Path) -> str | None:
+    """What keeps a local checkpoint folder from loading (its ``config.json`` or a tokenizer missing), as the
+    rest of a sentence after the folder's name; ``None`` when it has both. Checked from file names alone, so the
+    plan stays fast and a model's first job does not fail on transformers' tokenizer error."""
+    names = {path.name for path in folder.iterdir()}
+    if "config.json" not in names:
+        return "has no config.json: it is not a Hugging Face checkpoint folder (save it with save_pretrained)"
+    if "tokenizer.json" in names or any(name.startswith("tokenization_") for name in names):
+        return None
+    if any(all(name in names for name in group) for group in _VOCABULARY_FILES):
+        return None
+    sentencepiece = [name for name in _SENTENCEPIECE_FILES if name in names]
+    if sentencepiece:
+        if importlib.util.find_spec("sentencepiece") is None:
+            return (
+                f"has only the SentencePiece tokenizer {sentencepiece[0]}, which needs the sentencepiece package: "
+                "`pip install sentencepiece`, or save the tokenizer with tokenizer.json "
+                "(AutoTokenizer.from_pretrained(...).save_pretrained(folder) where sentencepiece is installed)"
+            )
+        return None
+    return (
+        "has no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json with merges.txt); save the "
+        "tokenizer into it (AutoTokenizer.from_pretrained(<its source>).save_pretrained(folder))"
+    )
 
 
 def check_results_dir(path: Path) -> None:

@@ -173,6 +173,7 @@ def filter_problems(
     train_problems: list[str],
     eval_problems: list[dict],
     max_chars: int,
+    pattern: str | None = None,
     ngram_size: int,
     threshold: float,
     id_prefix: str,
@@ -182,11 +183,14 @@ def filter_problems(
 
     Kept rows: ``id`` (``{id_prefix}-{n}``), ``problem``, ``source_id``, ``source_problem``, ``random_seed``.
     Dropped rows say why (``reason``) and, for contamination, the eval problem matched and the score.
+    ``pattern`` (synthesis.filter.pattern): a regular expression a parsed problem must match (``re.search``),
+    the form a structured task's problems take; ``None`` = any text.
     ``eval_problems``: rows with ``problem``, ``benchmark`` and ``id``."""
     index = NgramIndex(eval_problems, ngram_size)
     train_keys = {problem_key(problem) for problem in train_problems}
     counts = dict.fromkeys(("generated", "parsed", "unique", "clean"), 0)
-    counts.update(dict.fromkeys(("empty", "too_long", "duplicate", "copy_of_train", "contaminated"), 0))
+    counts.update(dict.fromkeys(("empty", "too_long", "off_pattern", "duplicate", "copy_of_train", "contaminated"), 0))
+    form = re.compile(pattern) if pattern is not None else None
     seen: set[str] = set()
     kept, dropped = [], []
 
@@ -202,6 +206,9 @@ def filter_problems(
             continue
         if len(problem) > max_chars:
             drop(row, "too_long", problem=problem)
+            continue
+        if form is not None and not form.search(problem):
+            drop(row, "off_pattern", problem=problem)
             continue
         counts["parsed"] += 1
         key = problem_key(problem)
@@ -478,6 +485,7 @@ def write_problems(
         train_problems=train_problems,
         eval_problems=eval_problems,
         max_chars=filter_config["max_chars"],
+        pattern=filter_config["pattern"],
         ngram_size=decontamination["ngram_size"],
         threshold=decontamination["threshold"],
         id_prefix=id_prefix,

@@ -8,6 +8,8 @@ test_examples.py) check that the two agree.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
+import importlib.util
 
 import pytest
 import yaml
@@ -47,7 +49,7 @@ def plan_of(mutate=None, **top) -> Plan:
     return Plan(config, Layout.under(f"results/{config['experiment']}"))
 
 
-def with_teacher(**settings):
+def with_judge(**settings):
     return lambda config: config.update(teacher=teacher_section(**settings))
 
 
@@ -120,18 +122,18 @@ def with_teacher(**settings):
             "config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks",
         ),
         # the teacher's keys
-        (with_teacher(name="base"), "config keys teacher.name and model.name are both 'base'"),
-        (with_teacher(name="round7"), "config key teacher.name must not start with 'round'"),
+        (with_judge(name="base"), "config keys teacher.name and model.name are both 'base'"),
+        (with_judge(name="round7"), "config key teacher.name must not start with 'round'"),
         (
-            lambda config: (with_teacher()(config), config["teacher"]["generation"].pop("openai")),
+            lambda config: (with_judge()(config), config["teacher"]["generation"].pop("openai")),
             "config key teacher.generation.openai (base_url, model) is required when teacher.generation.backend",
         ),
         (
-            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(backend="hf")),
+            lambda config: (with_judge()(config), config["teacher"]["generation"].update(backend="hf")),
             "config key teacher.model.path: None is not a folder",
         ),
         (
-            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(compile=True)),
+            lambda config: (with_judge()(config), config["teacher"]["generation"].update(compile=True)),
             "config key teacher.generation.compile applies to the hf backend only",
         ),
     ],
@@ -202,11 +204,11 @@ def test_unknown_preset_names_the_key():
 
 
 @pytest.mark.parametrize("key", ["model.path", "judge.llm.model.path"])
-def test_missing_model_folder_names_the_key(tmp_path, key):
+def test_missing_model_folder_names_the_key(tmp_path, key, tiny_checkpoint):
     def mutate(config):
-        config["model"].update(build_tiny=False, path=str(tmp_path))
+        config["model"].update(build_tiny=False, path=str(tiny_checkpoint))
         config["judge"]["llm"] = {
-            "model": {"path": str(tmp_path)},
+            "model": {"path": str(tiny_checkpoint)},
             "generation": {"sampling": {"max_new_tokens": 4}},
             "prompt": {"user": "{problem} {generation}"},
         }
@@ -217,6 +219,62 @@ def test_missing_model_folder_names_the_key(tmp_path, key):
 
     with pytest.raises(SnakeskillsError, match=rf"config key {key}: '.*no-such-.*' is not a folder"):
         checked(mutate)
+
+
+def linked_checkpoint(source: Path, folder: Path, *, leave_out: set[str]) -> Path:
+    """``folder`` holding links to the files of checkpoint folder ``source``, but those in ``leave_out``."""
+    folder.mkdir()
+    for path in source.iterdir():
+        if path.name not in leave_out:
+            (folder / path.name).symlink_to(path)
+    return folder
+
+
+def test_checkpoint_folder_without_a_loadable_tokenizer_stops_the_plan(tmp_path, smollm2):
+    """SmolLM2's folder without tokenizer.json: transformers cannot load its tokenizer (its error names neither
+    folder nor key), so the plan stops naming both; with it, or with a slow BPE vocabulary, the plan goes on."""
+    from transformers import AutoTokenizer
+
+    folder = linked_checkpoint(smollm2, tmp_path / "no-tokenizer", leave_out={"tokenizer.json"})
+    with pytest.raises(ValueError):
+        AutoTokenizer.from_pretrained(folder)
+
+    def with_model(path):
+        return lambda config: config["model"].update(build_tiny=False, path=str(path))
+
+    with pytest.raises(SnakeskillsError) as error:
+        checked(with_model(folder))
+    assert str(error.value).startswith(f"config key model.path: {str(folder)!r} has no tokenizer files"), error.value
+    checked(with_model(smollm2))
+    for name in ("vocab.json", "merges.txt"):
+        (folder / name).write_text("{}\n" if name.endswith("json") else "#version: 0.2\n")
+    checked(with_model(folder))
+
+
+def test_checkpoint_folder_without_config_or_with_only_a_sentencepiece_model(tmp_path, smollm2, monkeypatch):
+    judge_folder = linked_checkpoint(smollm2, tmp_path / "judge", leave_out={"config.json"})
+
+    def with_judge(path):
+        def mutate(config):
+            config["judge"]["llm"] = {
+                "model": {"path": str(path)},
+                "generation": {"sampling": {"max_new_tokens": 4}},
+                "prompt": {"user": "{problem} {generation}"},
+            }
+
+        return mutate
+
+    with pytest.raises(SnakeskillsError, match=r"config key judge\.llm\.model\.path: .*judge' has no config\.json"):
+        checked(with_judge(judge_folder))
+    spm_folder = linked_checkpoint(smollm2, tmp_path / "spm", leave_out={"tokenizer.json"})
+    (spm_folder / "tokenizer.model").write_bytes(b"a SentencePiece model")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SnakeskillsError, match=r"tokenizer\.model, which needs the sentencepiece package"):
+        checked(with_judge(spm_folder))
+    monkeypatch.undo()
+    with_sentencepiece = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: name == "sentencepiece" or with_sentencepiece(name))
+    checked(with_judge(spm_folder))
 
 
 def test_results_folder_that_cannot_be_created_names_the_key(tmp_path):
@@ -289,7 +347,7 @@ def test_tuned_models_plots_and_merged_models_are_targets():
 def test_seeds_follow_the_split_and_the_model():
     plan = plan_of(num_seeds=3, train_num_seeds=2)
     assert plan.seeds("base", "test") == [0, 1, 2] and plan.seeds("base", "train") == [0, 1]
-    teacher = plan_of(with_teacher(train_num_seeds=5), num_seeds=3, train_num_seeds=2)
+    teacher = plan_of(with_judge(train_num_seeds=5), num_seeds=3, train_num_seeds=2)
     assert teacher.seeds("teacher", "train") == list(range(5)) and teacher.seeds("teacher", "test") == [0, 1, 2]
     assert [run for run in teacher.eval_judged_runs() if run[0] == "teacher"] == [
         ("teacher", "arithmetic", seed) for seed in range(3)
@@ -311,7 +369,7 @@ def test_seeds_follow_the_split_and_the_model():
 )
 def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rounds, rounds_data, expected):
     def mutate(config):
-        with_teacher(later_rounds=later_rounds)(config)
+        with_judge(later_rounds=later_rounds)(config)
         config["sft"]["rounds_data"] = rounds_data
 
     plan = plan_of(mutate, rounds=3)
@@ -323,14 +381,14 @@ def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rou
 
 
 def test_teacher_is_evaluated_unless_told_not_to():
-    assert plan_of(with_teacher()).eval_models == ["base", "round1", "teacher"]
-    quiet = plan_of(with_teacher(evaluate=False))
+    assert plan_of(with_judge()).eval_models == ["base", "round1", "teacher"]
+    quiet = plan_of(with_judge(evaluate=False))
     assert quiet.eval_models == ["base", "round1"] and quiet.evaluated_teacher is None
     assert not [path for path in quiet.eval_metrics_files() if "/metrics/teacher/" in path]
 
 
 def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
-    plan = plan_of(with_teacher())
+    plan = plan_of(with_judge())
     section = plan.sampling_section("teacher")
     assert section["generation"]["backend"] == "openai" and section["prompt"]["user"] == "{problem}="
     assert plan.generation_model_inputs("teacher") == [] and plan.generation_adapter_path("teacher") is None
@@ -371,8 +429,8 @@ def test_training_gpus_and_processes():
     assert plan_of(lambda config: config["sft"].update(processes=2)).sft_training_config(False)["processes"] == 2
 
 
-def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch):
-    """Each example's own checks (its model folders made empty, as test_examples.py does for its dry runs)."""
+def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tiny_checkpoint):
+    """Each example's own checks (its model folders links to the tiny checkpoint, as test_examples.py makes them)."""
     monkeypatch.chdir(tmp_path)
     for example in sorted((REPO / "config" / "examples").glob("*.yaml")):
         config = yaml.safe_load(example.read_text())
@@ -382,8 +440,10 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch):
             (config["teacher"] or {}).get("model"),
             (config["judge"]["llm"] or {}).get("model"),
         ):
-            if section and section.get("path"):
-                (tmp_path / section["path"]).mkdir(parents=True, exist_ok=True)
+            folder = tmp_path / section["path"] if section and section.get("path") else None
+            if folder is not None and not folder.exists():
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                folder.symlink_to(tiny_checkpoint, target_is_directory=True)
         check_config(config, gpus_available=True)
         check_model_paths(config)
 
@@ -431,6 +491,10 @@ OWN_WRITER = {
         (
             with_synthesis(**{**OWN_WRITER, "name": "round7", "label": {"solver": "student"}}),
             "config key synthesis.name must not start with 'round'",
+        ),
+        (
+            with_synthesis(**{**OWN_WRITER, "filter": {"pattern": "^(\\d+"}, "label": {"solver": "student"}}),
+            "config key synthesis.filter.pattern: '^(\\\\d+' is not a regular expression (missing ),",
         ),
         (
             with_synthesis(**{**OWN_WRITER, "sampling": {"max_new_tokens": 9}, "label": {"solver": "student"}}),

@@ -148,12 +148,14 @@ def test_filter_counts_every_drop_and_keeps_new_problems_in_order():
         row("s3", "Problem: 31 + 52", seed=1),  # an eval problem
         row("s4", "x" * 50),  # too long
         row("s4", "40+2", seed=1),
+        row("s5", "What is 40 plus 3?"),  # not in the task's form
     ]
     kept, dropped, counts = filter_problems(
         rows,
         train_problems=["10+20", "5+5"],
         eval_problems=EVAL,
         max_chars=40,
+        pattern=r"^\d+ ?\+ ?\d+$",
         ngram_size=5,
         threshold=0.5,
         id_prefix="synth-round1",
@@ -163,12 +165,13 @@ def test_filter_counts_every_drop_and_keeps_new_problems_in_order():
         ("synth-round1-000001", "40+2", "s4"),
     ]
     assert counts == {
-        "generated": 8,
+        "generated": 9,
         "parsed": 6,
         "unique": 3,
         "clean": 2,
         "empty": 1,
         "too_long": 1,
+        "off_pattern": 1,
         "duplicate": 1,
         "copy_of_train": 2,
         "contaminated": 1,

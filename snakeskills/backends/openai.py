@@ -59,8 +59,9 @@ class OpenAIBackend:
         if api_key_env:
             if api_key_env not in os.environ:
                 raise SnakeskillsError(
-                    f"generation.openai.api_key_env: environment variable {api_key_env} is not set "
-                    "(the key is read from the environment only, never from the config)"
+                    f"openai.api_key_env of this job's generation section names {api_key_env}, which is not set in "
+                    "the job's environment (the plan saw it: on a cluster, pass it to the jobs, e.g. SLURM's "
+                    "--export); the key is read from the environment only, never from the config"
                 )
             api_key = os.environ[api_key_env]
         self.openai = openai

@@ -1,0 +1,191 @@
+"""Problem synthesis for real, in the workflow: SmolLM2-135M-Instruct writes new sums from train problems, the
+fine-tuned SmolLM2 teacher (conftest.arithmetic_teacher) answers each 5 times, the majority labels them, and the
+embedded tiny student trains on the synthesized problems only: no answer of the train split is used
+(synthesis.sources.problems all, synthesis.sft_data only). The arithmetic skill computes every parsed a+b exactly,
+which is the ground truth for parse rate and label accuracy. Eval problems injected into the writer's output must
+all be removed by decontamination, and a run killed while the solver samples resumes to the same labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_snakemake, shrunk_default_config, write_config
+
+from snakeskills.data.synthetic import arithmetic_answer
+from snakeskills.synthesis import problem_key
+from snakeskills.workflow import snakemake_command
+
+pytestmark = pytest.mark.slow
+
+RESULTS = "results/synthesis"
+WRITER_PROMPT = (
+    "Write a new sum of two numbers below 100, like the given one.\n\n"
+    "Sum: 12+30\nNew sum: 45+17\n\nSum: 63+8\nNew sum: 21+54\n\nSum: 7+88\nNew sum: 39+6\n\n"
+    "Sum: {problem}\nNew sum:"
+)
+
+
+def synthesis_config(workdir: Path, smollm2: Path, teacher: Path) -> Path:
+    config = shrunk_default_config({"bootstrap": 500, "validation": 100, "train": 320, "test": 96})
+    config["experiment"] = "synthesis"
+    config["tiny_model"]["stop_at_accuracy"] = 0.25  # a weak student, as in the teacher test
+    config["teacher"] = {
+        "model": {"path": str(teacher)},
+        "prompt": {"user": "{problem}=", "chat_template": True},
+        "generation": {
+            "backend": "hf",
+            "device": "cpu",
+            "batch_size": 64,
+            "rows_per_flush": 64,
+            "sampling": {"temperature": 0.7, "max_new_tokens": 12},
+        },
+        "evaluate": False,
+    }
+    config["synthesis"] = {
+        "writer": "own",
+        "name": "smollm2-writer",
+        "model": {"path": str(smollm2)},
+        "generation": {
+            "backend": "hf",
+            "device": "cpu",
+            "batch_size": 64,
+            "sampling": {"temperature": 1.0, "max_new_tokens": 10, "stop": ["\n"]},
+        },
+        "prompt": {"user": WRITER_PROMPT, "chat_template": False},
+        "sources": {"problems": "all", "max_problems": 160, "new_per_problem": 2},
+        "filter": {"max_chars": 5},  # two operands below 100, the teacher's range
+        "label": {"solver": "teacher", "num_samples": 5, "min_agreement": 1.0},
+        "sft_data": "only",
+    }
+    return write_config(workdir / "config.yaml", config)
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# eval problems written the way a writer might, with other spacing: decontamination must catch every one
+def injected_rows(test_split: Path, source: dict) -> list[dict]:
+    return [
+        {**source, "generation": " " + row["problem"].replace("+", " + "), "finish_reason": "stop"}
+        for row in rows(test_split)[:8]
+    ]
+
+
+@pytest.fixture(scope="module")
+def synthesis_run(tmp_path_factory, smollm2, arithmetic_teacher):
+    workdir = tmp_path_factory.mktemp("synthesis-run")
+    configfile = synthesis_config(workdir, smollm2, arithmetic_teacher)
+    results = workdir / RESULTS
+    writer_chunk = results / "generate/smollm2-writer/arithmetic/synth-round1-sources/rs0/chunk0-of-1.jsonl"
+    test_split = results / "data/arithmetic/test.jsonl"
+    targets = [str(path.relative_to(workdir)) for path in (writer_chunk, test_split)]
+    first = run_snakemake(workdir, "--cores", "2", *targets, configfile=configfile)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    written = rows(writer_chunk)
+    injected = injected_rows(test_split, written[0])
+    writer_chunk.write_text("".join(json.dumps(row) + "\n" for row in injected + written))
+    process = run_snakemake(workdir, "--cores", "2", configfile=configfile, timeout=1800)
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    return workdir, configfile, injected
+
+
+def test_most_written_texts_parse_into_new_problems(synthesis_run):
+    workdir, _, injected = synthesis_run
+    results = workdir / RESULTS
+    counts = json.loads((results / "synthesis/round1/arithmetic/filter.json").read_text())
+    written = counts["generated"] - len(injected)
+    assert written == 160 * 2
+    assert counts["parsed"] - len(injected) > 0.5 * written, counts
+    problems = rows(results / "data/arithmetic/synth-round1-problems.jsonl")
+    in_form = [problem for problem in problems if arithmetic_answer(problem["problem"]) is not None]
+    assert len(in_form) > 0.6 * len(problems), [problem["problem"] for problem in problems[:20]]
+    train = {problem_key(row["problem"]) for row in rows(results / "data/arithmetic/train.jsonl")}
+    assert not train & {problem_key(problem["problem"]) for problem in problems}, "no copy of a train problem"
+    assert {problem["generated_by"] for problem in problems} == {"smollm2-writer"}
+
+
+def test_injected_eval_problems_are_all_removed(synthesis_run):
+    workdir, _, injected = synthesis_run
+    results = workdir / RESULTS
+    eval_keys = {problem_key(row["problem"]) for row in rows(results / "data/arithmetic/test.jsonl")}
+    problems = rows(results / "data/arithmetic/synth-round1-problems.jsonl")
+    assert not eval_keys & {problem_key(problem["problem"]) for problem in problems}
+    contaminated = [
+        row for row in rows(results / "synthesis/round1/arithmetic/dropped.jsonl") if row["reason"] == "contaminated"
+    ]
+    caught = {row["generation"] for row in contaminated}
+    assert all(row["generation"] in caught for row in injected), "each injected eval problem is dropped as contaminated"
+    assert all(row["score"] == 1.0 and row["eval_benchmark"] == "arithmetic" for row in contaminated[: len(injected)])
+
+
+def test_majority_labels_are_right_and_feed_the_students_sft(synthesis_run):
+    workdir, _, _ = synthesis_run
+    results = workdir / RESULTS
+    label = json.loads((results / "synthesis/round1/arithmetic/label.json").read_text())
+    assert label["labelled"] >= 100 and label["label_checked"] >= 0.6 * label["labelled"], label
+    assert label["label_accuracy"] >= 0.9, label
+    labelled = rows(results / "data/arithmetic/synth-round1.jsonl")
+    assert all(record["agreement"] == 1.0 and record["labelled_by"] == "teacher" for record in labelled)
+    assert {"source_id", "generated_by", "round", "expected_answer"} <= set(labelled[0])
+    stats = json.loads((results / "sft/round1/stats.json").read_text())
+    assert list(stats["kept_by_source"]) == ["synthesized"] and stats["kept"] > 0
+    assert not (results / "judge/base/arithmetic/train").exists(), "no train-split answer was judged"
+    funnel = (results / "eval/summary.txt").read_text()
+    assert "synthesized problems per round" in funnel and "round1  arithmetic" in funnel
+    assert (results / "report/synthesis_funnel.png").stat().st_size > 0
+
+
+def test_student_trained_on_synthesized_problems_only_gains(synthesis_run):
+    workdir, _, _ = synthesis_run
+    summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
+    score = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
+    assert score["round1"] - score["base"] >= 10, score
+
+
+def test_killed_while_labelling_resumes_to_the_same_labels(synthesis_run):
+    """Two of the solver's seeds and everything made from them are deleted, the labelling is run again and killed
+    (the whole process group) while the solver samples, then resumed: the same labels and judged samples."""
+    workdir, configfile, _ = synthesis_run
+    results = workdir / RESULTS
+    outputs = [
+        results / "data/arithmetic/synth-round1.jsonl",
+        results / "synthesis/round1/arithmetic/judged.jsonl",
+        results / "synthesis/round1/arithmetic/label.json",
+    ]
+    reference = {path: path.read_bytes() for path in outputs}
+    for path in outputs:
+        path.unlink()
+    for seed in (0, 1):
+        shutil.rmtree(results / f"generate/teacher/arithmetic/synth-round1-problems/rs{seed}")
+    targets = [str(path.relative_to(workdir)) for path in outputs]
+    command = snakemake_command(REPO / "Snakefile", workdir, configfile, "--cores", "2", *targets)
+    process = subprocess.Popen(
+        command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    progress = list((results / "generate/teacher").rglob("*.progress"))
+    deadline = time.monotonic() + 300
+    while not progress and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        progress = [path for path in (results / "generate/teacher").rglob("*.progress") if path.stat().st_size]
+    killed = process.poll() is None
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert killed and progress, "the solver was killed part-way through a chunk"
+    assert run_snakemake(workdir, "--unlock", configfile=configfile).returncode == 0
+    resumed = run_snakemake(workdir, "--cores", "2", "--rerun-incomplete", *targets, configfile=configfile)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for path in outputs:
+        assert path.read_bytes() == reference[path], path
+    logs = [
+        path.read_text() for path in (results / "logs/generate/teacher/arithmetic/synth-round1-problems").rglob("*.log")
+    ]
+    assert any("rows already done" in log for log in logs), "a killed chunk resumed from its progress file"
