@@ -8,8 +8,8 @@ test_examples.py) check that the two agree.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 import importlib.util
+from pathlib import Path
 
 import pytest
 import yaml

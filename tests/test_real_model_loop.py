@@ -107,3 +107,25 @@ def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tm
         assert learned[-1] == eos and tokenizer.decode(learned[:-1]) == record["messages"][-1]["content"]
     metrics = json.loads((real_run / "models/round1/adapter/training_metrics.json").read_text())
     assert metrics["num_examples"] == len(examples)
+
+
+def test_long_jobs_log_how_far_along_they_are(real_run):
+    """The real run's jobs say how far along they are: each generation chunk logs rows done / total, rows/s,
+    generated tokens/s, elapsed time and an ETA (or done at its end), and the SFT job logs step i/N with the loss,
+    examples/s and an ETA, and its total time."""
+    progress = re.compile(
+        r"generate chunk0-of-1\.jsonl: (\d+)/(\d+) rows \([\d.]+%\), [\d.]+ rows/s, [\d.]+ generated tokens/s, "
+        r"elapsed \w+, (ETA \w+|done)$",
+        re.M,
+    )
+    for log in sorted((real_run / "logs/generate").rglob("*.log")):
+        lines = progress.findall(log.read_text())
+        assert lines and lines[-1][2] == "done" and lines[-1][0] == lines[-1][1], (log, lines)
+        done = [int(line[0]) for line in lines]
+        assert done == sorted(done), log
+    sft_log = (real_run / "logs/sft/round1.log").read_text()
+    step_line = r"step (\d+)/(\d+), loss [\d.]+, learning rate [\d.e-]+, [\d.]+ examples/s, elapsed \w+, ETA \w+$"
+    steps = re.findall(step_line, sft_log, re.M)
+    done = [int(step) for step, _ in steps]
+    assert len(steps) >= 2 and done == sorted(done) and {total for _, total in steps} == {steps[0][1]}, sft_log
+    assert re.search(rf"training done: {steps[0][1]} steps in \w+$", sft_log, re.M), sft_log[-3000:]

@@ -1,15 +1,17 @@
 """Problem synthesis for real, in the workflow: SmolLM2-135M-Instruct writes new sums from train problems, the
-fine-tuned SmolLM2 teacher (conftest.arithmetic_teacher) answers each 5 times, the majority labels them, and the
-embedded tiny student trains on the synthesized problems only: no answer of the train split is used
-(synthesis.sources.problems all, synthesis.sft_data only). The arithmetic skill computes every parsed a+b exactly,
-which is the ground truth for parse rate and label accuracy. Eval problems injected into the writer's output must
-all be removed by decontamination, and a run killed while the solver samples resumes to the same labels.
+fine-tuned SmolLM2 teacher (conftest.arithmetic_teacher) answers each 5 times, a problem is labelled when all five
+agree (synthesis.label.min_agreement 1.0), and the embedded tiny student trains on the synthesized problems only:
+no answer of the train split is used (synthesis.sources.problems all, synthesis.sft_data only). The arithmetic
+skill computes every parsed a+b exactly, which is the ground truth for parse rate and label accuracy. Eval problems
+injected into the writer's output must all be removed by decontamination, and a run killed while the solver
+samples resumes to the same labels.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +28,10 @@ from snakeskills.workflow import snakemake_command
 pytestmark = pytest.mark.slow
 
 RESULTS = "results/synthesis"
+SOURCES, NEW_PER_SOURCE = 320, 3
+# the test teacher is wrong on about a quarter of sums and confidently so on sums with a one-digit operand (all five
+# samples agree on a wrong answer), so the new problems are kept to its range: two numbers from 10 to 99
+TWO_DIGIT_SUM = r"^\s*[1-9]\d\s*\+\s*[1-9]\d\s*$"
 WRITER_PROMPT = (
     "Write a new sum of two numbers below 100, like the given one.\n\n"
     "Sum: 12+30\nNew sum: 45+17\n\nSum: 63+8\nNew sum: 21+54\n\nSum: 7+88\nNew sum: 39+6\n\n"
@@ -60,8 +66,8 @@ def synthesis_config(workdir: Path, smollm2: Path, teacher: Path) -> Path:
             "sampling": {"temperature": 1.0, "max_new_tokens": 10, "stop": ["\n"]},
         },
         "prompt": {"user": WRITER_PROMPT, "chat_template": False},
-        "sources": {"problems": "all", "max_problems": 160, "new_per_problem": 2},
-        "filter": {"max_chars": 5},  # two operands below 100, the teacher's range
+        "sources": {"problems": "all", "max_problems": SOURCES, "new_per_problem": NEW_PER_SOURCE},
+        "filter": {"pattern": TWO_DIGIT_SUM},
         "label": {"solver": "teacher", "num_samples": 5, "min_agreement": 1.0},
         "sft_data": "only",
     }
@@ -72,11 +78,13 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-# eval problems written the way a writer might, with other spacing: decontamination must catch every one
+# eval problems in the kept form written the way a writer might, with other spacing: decontamination must catch
+# every one
 def injected_rows(test_split: Path, source: dict) -> list[dict]:
+    in_form = [row for row in rows(test_split) if re.match(TWO_DIGIT_SUM, row["problem"])]
     return [
         {**source, "generation": " " + row["problem"].replace("+", " + "), "finish_reason": "stop"}
-        for row in rows(test_split)[:8]
+        for row in in_form[:8]
     ]
 
 
@@ -103,11 +111,14 @@ def test_most_written_texts_parse_into_new_problems(synthesis_run):
     results = workdir / RESULTS
     counts = json.loads((results / "synthesis/round1/arithmetic/filter.json").read_text())
     written = counts["generated"] - len(injected)
-    assert written == 160 * 2
-    assert counts["parsed"] - len(injected) > 0.5 * written, counts
+    assert written == SOURCES * NEW_PER_SOURCE
+    assert counts["parsed"] + counts["off_pattern"] - len(injected) > 0.8 * written, counts
+    dropped = rows(results / "synthesis/round1/arithmetic/dropped.jsonl")
+    off_pattern_sums = [row for row in dropped if row["reason"] == "off_pattern" and arithmetic_answer(row["problem"])]
+    assert counts["parsed"] + len(off_pattern_sums) - len(injected) > 0.6 * written, "most are sums"
+    assert counts["parsed"] - len(injected) > 0.15 * written, "enough are sums of two numbers from 10 to 99"
     problems = rows(results / "data/arithmetic/synth-round1-problems.jsonl")
-    in_form = [problem for problem in problems if arithmetic_answer(problem["problem"]) is not None]
-    assert len(in_form) > 0.6 * len(problems), [problem["problem"] for problem in problems[:20]]
+    assert all(arithmetic_answer(problem["problem"]) is not None for problem in problems)
     train = {problem_key(row["problem"]) for row in rows(results / "data/arithmetic/train.jsonl")}
     assert not train & {problem_key(problem["problem"]) for problem in problems}, "no copy of a train problem"
     assert {problem["generated_by"] for problem in problems} == {"smollm2-writer"}
@@ -131,7 +142,7 @@ def test_majority_labels_are_right_and_feed_the_students_sft(synthesis_run):
     workdir, _, _ = synthesis_run
     results = workdir / RESULTS
     label = json.loads((results / "synthesis/round1/arithmetic/label.json").read_text())
-    assert label["labelled"] >= 100 and label["label_checked"] >= 0.6 * label["labelled"], label
+    assert label["labelled"] >= 100 and label["label_checked"] == label["labelled"], label
     assert label["label_accuracy"] >= 0.9, label
     labelled = rows(results / "data/arithmetic/synth-round1.jsonl")
     assert all(record["agreement"] == 1.0 and record["labelled_by"] == "teacher" for record in labelled)
