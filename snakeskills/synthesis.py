@@ -173,7 +173,7 @@ def filter_problems(
     train_problems: list[str],
     eval_problems: list[dict],
     max_chars: int,
-    pattern: str | None = None,
+    pattern: str | None,
     ngram_size: int,
     threshold: float,
     id_prefix: str,
@@ -397,9 +397,8 @@ def judge_against_labels(
             row = position[problem_id]
             answer = extract_answer(row["generation"], **extract)
             label = record["expected_answer"]
-            correct = answer is not None and (
-                normalize_answer(answer) == label or same(label, normalize_answer(answer))
-            )
+            normalized = normalize_answer(answer) if answer is not None else None
+            correct = normalized is not None and (normalized == label or same(label, normalized))
             seed_rows.append(
                 {
                     **row,

@@ -49,7 +49,7 @@ def plan_of(mutate=None, **top) -> Plan:
     return Plan(config, Layout.under(f"results/{config['experiment']}"))
 
 
-def with_judge(**settings):
+def with_teacher(**settings):
     return lambda config: config.update(teacher=teacher_section(**settings))
 
 
@@ -122,18 +122,18 @@ def with_judge(**settings):
             "config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks",
         ),
         # the teacher's keys
-        (with_judge(name="base"), "config keys teacher.name and model.name are both 'base'"),
-        (with_judge(name="round7"), "config key teacher.name must not start with 'round'"),
+        (with_teacher(name="base"), "config keys teacher.name and model.name are both 'base'"),
+        (with_teacher(name="round7"), "config key teacher.name must not start with 'round'"),
         (
-            lambda config: (with_judge()(config), config["teacher"]["generation"].pop("openai")),
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].pop("openai")),
             "config key teacher.generation.openai (base_url, model) is required when teacher.generation.backend",
         ),
         (
-            lambda config: (with_judge()(config), config["teacher"]["generation"].update(backend="hf")),
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(backend="hf")),
             "config key teacher.model.path: None is not a folder",
         ),
         (
-            lambda config: (with_judge()(config), config["teacher"]["generation"].update(compile=True)),
+            lambda config: (with_teacher()(config), config["teacher"]["generation"].update(compile=True)),
             "config key teacher.generation.compile applies to the hf backend only",
         ),
     ],
@@ -347,7 +347,7 @@ def test_tuned_models_plots_and_merged_models_are_targets():
 def test_seeds_follow_the_split_and_the_model():
     plan = plan_of(num_seeds=3, train_num_seeds=2)
     assert plan.seeds("base", "test") == [0, 1, 2] and plan.seeds("base", "train") == [0, 1]
-    teacher = plan_of(with_judge(train_num_seeds=5), num_seeds=3, train_num_seeds=2)
+    teacher = plan_of(with_teacher(train_num_seeds=5), num_seeds=3, train_num_seeds=2)
     assert teacher.seeds("teacher", "train") == list(range(5)) and teacher.seeds("teacher", "test") == [0, 1, 2]
     assert [run for run in teacher.eval_judged_runs() if run[0] == "teacher"] == [
         ("teacher", "arithmetic", seed) for seed in range(3)
@@ -369,7 +369,7 @@ def test_seeds_follow_the_split_and_the_model():
 )
 def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rounds, rounds_data, expected):
     def mutate(config):
-        with_judge(later_rounds=later_rounds)(config)
+        with_teacher(later_rounds=later_rounds)(config)
         config["sft"]["rounds_data"] = rounds_data
 
     plan = plan_of(mutate, rounds=3)
@@ -381,14 +381,14 @@ def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rou
 
 
 def test_teacher_is_evaluated_unless_told_not_to():
-    assert plan_of(with_judge()).eval_models == ["base", "round1", "teacher"]
-    quiet = plan_of(with_judge(evaluate=False))
+    assert plan_of(with_teacher()).eval_models == ["base", "round1", "teacher"]
+    quiet = plan_of(with_teacher(evaluate=False))
     assert quiet.eval_models == ["base", "round1"] and quiet.evaluated_teacher is None
     assert not [path for path in quiet.eval_metrics_files() if "/metrics/teacher/" in path]
 
 
 def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
-    plan = plan_of(with_judge())
+    plan = plan_of(with_teacher())
     section = plan.sampling_section("teacher")
     assert section["generation"]["backend"] == "openai" and section["prompt"]["user"] == "{problem}="
     assert plan.generation_model_inputs("teacher") == [] and plan.generation_adapter_path("teacher") is None

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.slow
 
 RESULTS = "results/synthesis"
 SOURCES, NEW_PER_SOURCE = 320, 3
-# the test teacher is wrong on about a quarter of sums and confidently so on sums with a one-digit operand (all five
-# samples agree on a wrong answer), so the new problems are kept to its range: two numbers from 10 to 99
+# the test teacher is trained on sums of two numbers from 10 to 99; on others (a one-digit or a three-digit operand)
+# its five samples often agree on a wrong answer, so the new problems are kept to its range
 TWO_DIGIT_SUM = r"^\s*[1-9]\d\s*\+\s*[1-9]\d\s*$"
 WRITER_PROMPT = (
     "Write a new sum of two numbers below 100, like the given one.\n\n"
