@@ -167,6 +167,16 @@ def dry_run_counts(workdir: Path, *arguments: str, configfile: Path = DEFAULT_CO
     return job_counts(process.stdout + process.stderr)
 
 
+def folders_as_the_plan_sees_them(root: Path, model_folder: str, *dataset_folders: str) -> None:
+    """Make an example's local folders under `root`: the model folder gets the file names the plan checks
+    (config.json, tokenizer.json; it never loads them), the data set folders exist."""
+    (root / model_folder).mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json"):
+        (root / model_folder / name).write_text("{}")
+    for folder in dataset_folders:
+        (root / folder).mkdir(parents=True)
+
+
 def planned_jobs(workdir, configfile, *arguments) -> list[dict]:
     """The jobs of a dry run: rule, wildcards and input files, parsed from Snakemake's job listing."""
     process = run_snakemake(workdir, "--dry-run", *arguments, configfile=configfile)

@@ -12,7 +12,7 @@ import os
 
 import pytest
 import yaml
-from conftest import REPO, dry_run_counts, run_snakemake
+from conftest import REPO, dry_run_counts, folders_as_the_plan_sees_them, run_snakemake
 
 EXAMPLE = REPO / "config" / "examples" / "qwen2.5-1.5b-instruct-gsm8k-math500.yaml"
 
@@ -132,9 +132,7 @@ def test_real_model_example_plans_against_local_folders(tmp_path):
     assert config["generation"]["backend"] == "vllm"
     assert config["num_seeds"] == 8 and config["num_chunks"] == 4
     assert set(config["benchmarks"]) == {"gsm8k", "math-500"}
-    for folder in ("models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500"):
-        (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text("{}")
+    folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
     counts = dry_run_counts(tmp_path, configfile=EXAMPLE)
     # base: gsm8k train (4 seeds) + gsm8k/math-500 test (8 seeds); round1: both tests (8 seeds); 4 chunks each
     assert counts["generate"] == 4 * (4 + 2 * 8 + 2 * 8)

@@ -13,7 +13,15 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO, dry_run_counts, planned_jobs, run_snakemake, shrunk_default_config, write_config
+from conftest import (
+    REPO,
+    dry_run_counts,
+    folders_as_the_plan_sees_them,
+    planned_jobs,
+    run_snakemake,
+    shrunk_default_config,
+    write_config,
+)
 
 from snakeskills import report
 from snakeskills.errors import SnakeskillsError
@@ -65,9 +73,7 @@ def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):
 
 def _plan_example(tmp_path, name, model_folder):
     configfile = EXAMPLES / name
-    for folder in (model_folder, "datasets/gsm8k", "datasets/math-500"):
-        (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / model_folder / "config.json").write_text("{}")
+    folders_as_the_plan_sees_them(tmp_path, model_folder, "datasets/gsm8k", "datasets/math-500")
     return yaml.safe_load(configfile.read_text()), configfile
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, job_counts, shrunk_default_config, write_config
+from conftest import REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
 
 from snakeskills.workflow import snakemake_command
 
@@ -161,9 +161,7 @@ def resources_by_rule(output: str) -> dict[str, set[str]]:
 
 
 def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
-    for folder in ("models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500"):
-        (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text("{}")
+    folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
     command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
     # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
     login_node = tmp_path / "login-node-bin"
