@@ -39,6 +39,7 @@ from pathlib import Path
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import HFBackend, compiled_decoding_step
+from snakeskills.tiny_model import save_random_llama
 
 REPO = Path(__file__).resolve().parent.parent
 VOCABULARY = 151_936
@@ -60,32 +61,6 @@ SHAPES = {
         "max_new_tokens": 256,
     },
 }
-
-
-def save_random_model(folder: Path, shape: dict) -> None:
-    """A Llama with random weights and a word-level tokenizer, both with VOCABULARY tokens."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocabulary = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, VOCABULARY)}}
-    word_level = Tokenizer(models.WordLevel(vocabulary, unk_token="<eos>"))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCABULARY,
-        num_key_value_heads=shape["kv_heads"],
-        max_position_embeddings=4096,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-        **shape["model"],
-    )
-    model = LlamaForCausalLM(config).to(getattr(torch, shape["dtype"]))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
 
 
 def synchronize(device: str) -> None:
@@ -153,7 +128,7 @@ def random_workload(arguments, device: str, folder: Path):
     prompt_tokens = arguments.prompt_tokens or shape["prompt_tokens"]
     ids = torch.randint(2, VOCABULARY, (prompts, prompt_tokens), generator=torch.Generator().manual_seed(0))
     requests = [GenerationRequest(seed=row, prompt_token_ids=ids[row].tolist()) for row in range(prompts)]
-    save_random_model(folder, shape)
+    save_random_llama(folder, shape["model"], kv_heads=shape["kv_heads"], dtype=shape["dtype"], vocabulary=VOCABULARY)
     backend = HFBackend(
         model_path=str(folder),
         adapter_path=None,
@@ -236,7 +211,9 @@ def main() -> None:
         timings["plain_sampled"].append(run_plain(backend, requests, sampled))
     timings["backend_one_by_one"] = [run_one_by_one(backend, requests, sampled)]
     if arguments.compile:  # the same backend with generation.compile; an untimed run compiles its shapes first
-        backend._compiled_step = compiled_decoding_step(backend.model, backend.device)
+        backend._compiled_step = compiled_decoding_step(
+            backend.model, backend.device, backend.batch_size, backend.context_length
+        )
         started = time.perf_counter()
         run_backend(backend, requests, sampled)
         compile_seconds = time.perf_counter() - started

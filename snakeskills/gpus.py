@@ -39,7 +39,19 @@ def node_gpus() -> list[str]:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(index) for index, line in enumerate(line for line in listing.splitlines() if line.startswith("GPU "))]
+    return listed_devices(listing)
+
+
+def listed_devices(listing: str) -> list[str]:
+    """The devices of an ``nvidia-smi -L`` listing as ``CUDA_VISIBLE_DEVICES`` names them: a GPU's index, or,
+    for a GPU split into MIG instances, each instance's UUID (CUDA sees the instances, not the GPU)."""
+    devices: list[list[str]] = []  # per GPU: its index, then its MIG instances' UUIDs
+    for line in listing.splitlines():
+        if line.startswith("GPU "):
+            devices.append([str(len(devices))])
+        elif line.strip().startswith("MIG ") and devices and "(UUID: " in line:
+            devices[-1].append(line.split("(UUID: ", 1)[1].rstrip(")").strip())
+    return [device for gpu in devices for device in (gpu[1:] or gpu[:1])]
 
 
 def planning_for_gpu_nodes() -> bool:

@@ -73,6 +73,33 @@ def build_tiny_llama(tokenizer, *, hidden_size: int, num_layers: int, num_heads:
     return LlamaForCausalLM(config)
 
 
+def save_random_llama(folder, model: dict, *, kv_heads: int, dtype: str, vocabulary: int) -> None:
+    """A Llama with random weights (``model``: LlamaConfig sizes) and a word-level tokenizer of ``vocabulary``
+    tokens (``<pad>``, ``<eos>``, then ``t2`` ...), saved to ``folder``: a real vocabulary's size without a
+    download (bench/generation.py, tests/gpu)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocabulary)}}
+    word_level = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocabulary,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **model,
+    )
+    LlamaForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
 def build_and_bootstrap(
     *,
     bootstrap_records: list[dict],

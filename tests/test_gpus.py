@@ -51,6 +51,26 @@ def test_node_gpus_from_visible_devices_or_nvidia_smi(monkeypatch, tmp_path):
     assert node_gpus() == ["0", "1", "2"]
 
 
+def test_mig_instances_are_the_devices_jobs_claim(monkeypatch, tmp_path):
+    """A GPU split into MIG instances is seen by CUDA as its instances, named by UUID in CUDA_VISIBLE_DEVICES:
+    those are what jobs claim (nvidia-smi -L's listing, as on an A100 with two 1g.5gb instances)."""
+    listing = (
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 1g.5gb      Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "  MIG 1g.5gb      Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0c1f2d0e-1a4b-4f0e-9d5e-3c6a7b8d9e0f)\n"
+    )
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    instances = ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb"]
+    assert node_gpus() == [*instances, "1"]
+    assert claim_gpus(2, tmp_path / "claims") == instances
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(instances)
+
+
 def test_jobs_claim_different_gpus_and_see_only_theirs(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     assert claim_gpus(1, tmp_path) == ["4"]

@@ -54,6 +54,8 @@ MASK32 = 0xFFFFFFFF
 # finished rows leave a decoding batch once they are this fraction of it (1/8): at most 1/8 of a step's
 # compute goes to finished rows, and the KV cache is copied at most about 40 times for a batch of 256
 COMPACT_EVERY = 8
+# the shortest static KV cache of a compiled step, in tokens
+MIN_STATIC_CACHE = 128
 
 
 def _mix32(values):
@@ -171,14 +173,8 @@ class PerRequestSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn.unsqueeze(1), 0.0)
 
 
-def compiled_decoding_step(model, device: str):
-    """One decoding step of ``model`` (next-token logits of one new token per row, over a static KV cache),
-    compiled by ``torch.compile``: with CUDA graphs on a GPU (mode reduce-overhead), which removes the
-    per-kernel launch cost that dominates small-model decoding; plain inductor on CPU. Shapes are static per
-    batch size, so a job compiles once per batch size it meets."""
-    import torch
-
-    mode = "reduce-overhead" if device.startswith("cuda") else "default"
+def decoding_step(model):
+    """One decoding step of ``model``: next-token logits of one new token per row, over a static KV cache."""
 
     def step(input_ids, attention_mask, position_ids, cache):
         return model(
@@ -189,9 +185,47 @@ def compiled_decoding_step(model, device: str):
             use_cache=True,
         ).logits[:, -1, :]
 
-    # a job meets a few batch sizes (powers of two as rows finish) and one cache length: one graph each
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(step, mode=mode, fullgraph=False, dynamic=False)
+    return step
+
+
+def compiled_decoding_step(model, device: str, batch_size: int, context: int | None):
+    """``decoding_step`` compiled by ``torch.compile``: with CUDA graphs on a GPU (mode reduce-overhead),
+    which removes the per-kernel launch cost that dominates small-model decoding; plain inductor on CPU.
+    Shapes are static: one graph per (batch size, cache length) met, at most ``compiled_shapes_bound`` of them,
+    and dynamo's recompile limit is raised to that bound so that no shape falls back to eager."""
+    import torch
+
+    mode = "reduce-overhead" if device.startswith("cuda") else "default"
+    bound = compiled_shapes_bound(batch_size, context)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, bound)
+    return torch.compile(decoding_step(model), mode=mode, fullgraph=False, dynamic=False)
+
+
+def static_cache_length(tokens: int) -> int:
+    """The static KV cache length for a job whose longest row needs ``tokens``: the smallest length of the
+    form 2^k or 3 x 2^(k-1), at least MIN_STATIC_CACHE, so that the jobs of a run and a long-lived server meet a
+    few cache lengths (not one per job), each less than 1.5 times what is needed."""
+    power = max(MIN_STATIC_CACHE, 1 << (tokens - 1).bit_length())
+    three_quarters = power * 3 // 4
+    return three_quarters if tokens <= three_quarters and three_quarters >= MIN_STATIC_CACHE else power
+
+
+def compiled_shapes_bound(batch_size: int, context: int | None) -> int:
+    """How many step shapes a compiled backend can meet in its life: batch sizes (``batch_size``, a smaller
+    last batch of a job, then powers of two as rows finish) x cache lengths (``static_cache_length``'s, up to
+    the context)."""
+    batch_sizes = batch_size.bit_length() + 2
+    doublings = (max(context or MIN_STATIC_CACHE, MIN_STATIC_CACHE) // MIN_STATIC_CACHE).bit_length()
+    return batch_sizes * 2 * (doublings + 1)
+
+
+def unsupported_static_cache_layers(config) -> list[str]:
+    """The kinds of static cache layer of this model that compaction cannot carry (``HFBackend._kept_rows``
+    copies keys, values and the lengths of full and sliding-window attention layers)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=config, max_cache_len=MIN_STATIC_CACHE)
+    return sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer", "StaticSlidingWindowLayer"})
 
 
 def context_length(model, tokenizer) -> int | None:
@@ -240,7 +274,16 @@ class HFBackend:
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(base_model.forward).parameters
         self.context_length = context_length(self.model, self.tokenizer)
         # compile: a static KV cache and a torch.compile'd decoding step (CUDA graphs on a GPU)
-        self._compiled_step = compiled_decoding_step(self.model, self.device) if compile else None
+        self._compiled_step = None
+        if compile:
+            unsupported = unsupported_static_cache_layers(self.model.config)
+            if unsupported:
+                raise SnakeskillsError(
+                    f"generation.compile: {model_path} ({self.model.config.model_type}) has cache layers "
+                    f"({', '.join(unsupported)}) whose state a compiled batch cannot carry when finished rows "
+                    "leave it; set generation.compile: false for this model"
+                )
+            self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
         self._stop_criteria: dict[tuple[str, ...], object] = {}
         logger.info(
             "loaded model %s%s on %s (context %s tokens)",
@@ -264,11 +307,11 @@ class HFBackend:
             (index for index, result in enumerate(results) if result is None),
             key=lambda index: -len(requests[index].prompt_token_ids),
         )
-        # a compiled step's static cache has one length per job (a multiple of 128), not one per batch
+        # a compiled step's static cache has one length per job (a power of two), not one per batch
         cache_length = 0
         if self._compiled_step is not None and fitting:
-            longest = len(requests[fitting[0]].prompt_token_ids) + sampling.max_new_tokens
-            cache_length = -(-longest // 128) * 128
+            cache_length = static_cache_length(len(requests[fitting[0]].prompt_token_ids) + sampling.max_new_tokens)
+            cache_length = min(cache_length, self.context_length or cache_length)  # the rows fit the context
         if on_results is not None and len(fitting) < len(requests):
             on_results([result for result in results if result is not None])  # prompts too long: soft failures
         for start in range(0, len(fitting), self.batch_size):
@@ -346,8 +389,6 @@ class HFBackend:
         # are masked as causal anyway)
         cache_length = max(cache_length, prompt_length + max_new_tokens)
         attention = torch.cat([attention_mask, attention_mask.new_ones((batch, cache_length - prompt_length))], 1)
-        positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
-        next_positions = positions[:, -1:] + 1
         running = list(range(batch))  # the original row of each row in the batch
         ended_at: list[int | None] = [None] * batch  # per row in the batch: tokens up to its end
         lengths: list[int | None] = [None] * batch  # per original row
@@ -364,6 +405,10 @@ class HFBackend:
         generated = 0
         cache = self._new_cache(cache_length)
         with torch.inference_mode():
+            # every tensor a compiled step sees is made in inference mode: a normal tensor in the first step and
+            # inference tensors after it would fail dynamo's guards and compile each shape twice
+            positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+            next_positions = positions[:, -1:] + 1
             static = self._compiled_step is not None
             logits = self._forward(input_ids, attention if static else attention_mask, positions, cache)
             for step in range(max_new_tokens):
@@ -429,6 +474,7 @@ class HFBackend:
         """The cache with only these rows (a dynamic cache in place; a static one as a new, smaller one)."""
         import torch
         from transformers import StaticCache
+        from transformers.cache_utils import StaticSlidingWindowLayer
 
         if not isinstance(cache, StaticCache):
             cache.batch_select_indices(index)
@@ -440,6 +486,8 @@ class HFBackend:
             kept.keys.copy_(keys)
             kept.values.copy_(values)
             kept.cumulative_length.copy_(layer.cumulative_length)
+            if isinstance(layer, StaticSlidingWindowLayer):  # its window position, kept as a Python int too
+                kept.cumulative_length_int = layer.cumulative_length_int
         del cache
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
