@@ -45,7 +45,8 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
     from snakeskills.backends.specs import pinned_device
     from snakeskills.gpus import claim_job_gpus
 
-    claim_job_gpus(gpus, pinned=pinned_device(generation))
+    # a job sharing a model server frees the GPU of other servers when it connects (SharedModelBackend)
+    claim_job_gpus(gpus, pinned=pinned_device(generation), free_server_memory=not generation["share_model"]["enabled"])
 
 
 def run_generate(arguments: argparse.Namespace) -> None:

@@ -6,8 +6,9 @@ not assign devices. On SLURM the allocation sets ``CUDA_VISIBLE_DEVICES`` and th
 claims N of the node's GPUs with one lock file per device (in the user's private model server folder) and
 sets ``CUDA_VISIBLE_DEVICES`` to them before CUDA starts, so each job sees only its own devices; a job that
 declares none sees none. A claim ends with the job's process. A shared model server (generation.share_model)
-runs on its starting job's GPUs and keeps their memory until it exits idle; jobs that claim those GPUs next
-reuse it (its key holds the visible devices).
+runs on its starting job's GPUs and keeps their memory until it exits; jobs of its model that claim those GPUs
+next reuse it (its key holds the visible devices), and any other job that claims one asks it to exit and waits
+for its memory (``free_idle_servers``).
 """
 
 from __future__ import annotations
@@ -122,8 +123,67 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pin
         time.sleep(poll_seconds)
 
 
-def claim_job_gpus(count: int, pinned: int | None = None) -> list[str]:
-    """``claim_gpus`` with the lock files in this user's private runtime folder (see model_server)."""
+def claims_directory() -> Path:
+    """The claims' lock files: in this user's private runtime folder (see model_server)."""
     from snakeskills.backends.model_server import default_directory, private_directory
 
-    return claim_gpus(count, private_directory(default_directory()) / "gpus", pinned=pinned)
+    folder = private_directory(default_directory()) / "gpus"
+    folder.mkdir(exist_ok=True, mode=0o700)
+    return folder
+
+
+def claim_job_gpus(count: int, pinned: int | None = None, *, free_server_memory: bool = True) -> list[str]:
+    """``claim_gpus`` in ``claims_directory``; then, unless the job will use a shared model server
+    (``free_server_memory`` false: the server it connects to does that), idle model servers still holding
+    memory on the claimed GPUs exit before the job starts (``free_idle_servers``)."""
+    devices = claim_gpus(count, claims_directory(), pinned=pinned)
+    if free_server_memory and devices and not os.environ.get("SLURM_JOB_ID"):
+        free_idle_servers(devices)
+    return devices
+
+
+# A model server runs on the GPUs of the job that started it and keeps their memory until it exits, which is
+# after that job has ended and released its claim. It marks each GPU with a lock file of its own
+# (gpu-<device>.server-<key>.lock, held while it runs). A job that claims such a GPU and will not use that
+# server asks it to exit (a .release file beside the lock; an idle server exits within a second) and waits
+# for its lock, that is for its memory.
+
+
+def _server_lock(device: str, key: str) -> Path:
+    return claims_directory() / f"gpu-{device}.server-{key}.lock"
+
+
+def mark_server_gpus(key: str) -> list[str]:
+    """In a model server: mark the GPUs it sees as holding its memory, for its lifetime."""
+    devices = [] if os.environ.get("SLURM_JOB_ID") else node_gpus()
+    for device in devices:
+        lock = open(_server_lock(device, key), "a")  # noqa: SIM115 - held open for the process's life
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        _held.append(lock)
+    return devices
+
+
+def release_requested(key: str, devices: list[str]) -> bool:
+    """In a model server: whether a job claimed one of its GPUs and asks it to exit."""
+    return any(_server_lock(device, key).with_suffix(".release").exists() for device in devices)
+
+
+def free_idle_servers(devices: list[str], keep: str | None = None) -> None:
+    """Ask the model servers (but ``keep``'s) that hold memory on these GPUs to exit, and wait until they have.
+    The caller holds the GPUs' claims, so no job is using those servers: they exit at once."""
+    for device in devices:
+        for lock_path in sorted(claims_directory().glob(f"gpu-{device}.server-*.lock")):
+            if lock_path.name == _server_lock(device, keep or "").name:
+                continue
+            with open(lock_path, "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    request = lock_path.with_suffix(".release")
+                    request.touch()
+                    logger.info("GPU %s: an idle model server holds its memory; waiting for it to exit", device)
+                    started = time.monotonic()
+                    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the server process ends
+                    request.unlink(missing_ok=True)
+                    logger.info("GPU %s: the model server exited after %.1fs", device, time.monotonic() - started)
+                lock_path.unlink(missing_ok=True)

@@ -114,8 +114,12 @@ class SharedModelBackend:
         idle_seconds: float,
         jobs_per_load: int,
     ):
+        from snakeskills.gpus import free_idle_servers, node_gpus
+
         self.chat_template = chat_template
         self.options = {"backend": backend, **options}
+        if not os.environ.get("SLURM_JOB_ID"):
+            free_idle_servers(node_gpus(), keep=server_key(self.options))  # other models' idle servers
         folder = private_directory(directory)
         self.socket_path, lock_path, self.server_log = server_paths(folder, self.options)
         for _attempt in range(5):
@@ -298,6 +302,10 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
 
 
 def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: int) -> None:
+    from snakeskills.gpus import mark_server_gpus, release_requested
+
+    key = server_key(options)
+    devices = mark_server_gpus(key)  # its GPUs hold its memory until it exits (see snakeskills.gpus)
     server = ModelServer(socket_path, options, jobs_per_load)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -305,6 +313,9 @@ def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: i
         time.sleep(0.5)
         with server.state_lock:
             idle = server.clients == 0 and time.monotonic() - server.last_activity > idle_seconds
+            if server.clients == 0 and release_requested(key, devices):
+                logger.info("a job claimed this server's GPU(s) %s: exiting to free their memory", ",".join(devices))
+                idle = True
             retired_and_done = server.jobs >= server.jobs_per_load and server.clients == 0
             if idle or retired_and_done:
                 server.jobs_per_load = 0  # a job connecting now is turned away and starts a fresh server
