@@ -17,7 +17,7 @@ from pathlib import Path
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import fingerprint, read_jsonl
-from snakeskills.progress import Progress
+from snakeskills.progress import Progress, generate_with_progress
 from snakeskills.resumable import process_resumable
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def generate_chunk(
         if first_batch:
             log_model_input(requests[0], backend)
             first_batch = False
-        results = backend.generate(requests, sampling, on_results=progress.on_results)
+        results = generate_with_progress(backend, requests, sampling, progress)
         return [generated_record(record, result, random_seed) for record, result in zip(batch, results, strict=True)]
 
     counts = process_resumable(

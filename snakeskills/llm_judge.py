@@ -18,7 +18,7 @@ from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import row_seed
 from snakeskills.io import fingerprint, read_jsonl
-from snakeskills.progress import Progress
+from snakeskills.progress import Progress, generate_with_progress
 from snakeskills.resumable import process_resumable
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def llm_judge_chunk(
             for index in to_ask
         ]
         progress.advance(len(batch) - len(to_ask))  # verdicts certain without the model
-        results = backend.generate(requests, sampling, on_results=progress.on_results) if requests else []
+        results = generate_with_progress(backend, requests, sampling, progress) if requests else []
         for index, result in zip(to_ask, results, strict=True):
             judgements[index] = result.generation
         calls["model"] += len(to_ask)

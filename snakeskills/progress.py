@@ -51,6 +51,7 @@ class Progress:
         self.resumed = 0
         self.done = 0
         self.tokens = 0
+        self.batch_started = self.started  # when the batch being decoded took its first step
 
     def resume(self, rows: int) -> None:
         """Rows an earlier run already did: they count toward the total but not toward the rates."""
@@ -87,3 +88,31 @@ class Progress:
     def on_results(self, results) -> None:
         """A backend's callback: a batch of ``GenerationResult`` is done."""
         self.advance(len(results), sum(result.num_generated_tokens for result in results))
+
+    def on_step(self, rows: int, step: int, max_steps: int, tokens: int) -> None:
+        """A backend's callback inside a batch of ``rows`` rows (hf): ``step`` of at most ``max_steps`` decoding
+        steps done, ``tokens`` generated in the batch so far. A batch can take minutes: at the interval this
+        logs where it is, with an ETA from its step rate (an upper bound: rows may end before ``max_steps``)."""
+        now = self.clock()
+        if step == 1:
+            self.batch_started = now
+        if step < 2 or now - self.last_logged < self.min_interval:
+            return
+        self.last_logged = now
+        seconds_per_step = (now - self.batch_started) / (step - 1)
+        rows_after_batch = max(self.total - self.done - rows, 0)
+        remaining = seconds_per_step * ((max_steps - step) + max_steps * rows_after_batch / max(rows, 1))
+        elapsed = max(now - self.started, 1e-9)
+        self.log(
+            f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%), "
+            f"a batch of {rows} at step {step}/{max_steps}, "
+            f"{(self.tokens + tokens) / elapsed:.1f} generated tokens/s, elapsed {format_duration(elapsed)}, "
+            f"ETA at most {format_duration(remaining)}"
+        )
+
+
+def generate_with_progress(backend, requests, sampling, progress: Progress):
+    """``backend.generate`` reporting to ``progress``: each finished batch, and, where the backend decodes
+    step by step in this process (hf: ``reports_steps``), where a batch is."""
+    steps = {"on_step": progress.on_step} if getattr(backend, "reports_steps", False) else {}
+    return backend.generate(requests, sampling, on_results=progress.on_results, **steps)

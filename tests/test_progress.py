@@ -34,3 +34,35 @@ def test_lines_every_interval_and_at_the_end_with_rates_of_this_run_only():
 
 def test_durations_read_like_a_clock():
     assert [format_duration(seconds) for seconds in (0, 12.4, 221, 7500)] == ["0s", "12s", "3m41s", "2h05m"]
+
+
+def test_a_long_batch_logs_where_it_is_between_batches(tiny_checkpoint):
+    """A batch can take minutes (one batch of 64 rows took 71 s on SmolLM2): the hf backend reports each decoding
+    step and the log gets, at the interval, the batch's step with an ETA from its step rate."""
+    from conftest import hf_backend
+
+    from snakeskills.backends import GenerationRequest, SamplingParams
+    from snakeskills.progress import generate_with_progress
+
+    clock, lines = Clock(), []
+
+    def tick():
+        clock.now += 4  # each clock reading: 4 s later
+        return clock.now
+
+    backend = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=4)
+    requests = [
+        GenerationRequest(seed=row, prompt_token_ids=tuple(backend.tokenizer(f"{row}+1=")["input_ids"]))
+        for row in range(6)
+    ]
+    progress = Progress(6, label="generate chunk0-of-1.jsonl", min_interval=10, clock=tick, log=lines.append)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8)
+    results = generate_with_progress(backend, requests, sampling, progress)
+    assert len(results) == 6
+    in_batch = [line for line in lines if "a batch of" in line]
+    assert in_batch and all(
+        line.startswith("generate chunk0-of-1.jsonl: ") and "a batch of " in line and "ETA at most " in line
+        for line in in_batch
+    ), lines
+    assert "0/6 rows (0.0%), a batch of 4 at step " in in_batch[0]
+    assert lines[-1].endswith("done")

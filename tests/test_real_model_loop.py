@@ -8,6 +8,8 @@ gain, the records and logs show that the real tokenizer and chat template were u
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import json
 import re
 import subprocess
@@ -111,8 +113,8 @@ def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tm
 
 def test_long_jobs_log_how_far_along_they_are(real_run):
     """The real run's jobs say how far along they are: each generation chunk logs rows done / total, rows/s,
-    generated tokens/s, elapsed time and an ETA (or done at its end), and the SFT job logs step i/N with the loss,
-    examples/s and an ETA, and its total time."""
+    generated tokens/s, elapsed time and an ETA (or done at its end), at least every 30 s; the SFT job logs
+    step i/N with the loss, examples/s and an ETA, and its total time."""
     progress = re.compile(
         r"generate chunk0-of-1\.jsonl: (\d+)/(\d+) rows \([\d.]+%\), [\d.]+ rows/s, [\d.]+ generated tokens/s, "
         r"elapsed \w+, (ETA \w+|done)$",
@@ -123,6 +125,14 @@ def test_long_jobs_log_how_far_along_they_are(real_run):
         assert lines and lines[-1][2] == "done" and lines[-1][0] == lines[-1][1], (log, lines)
         done = [int(line[0]) for line in lines]
         assert done == sorted(done), log
+        # from the model's load to the end, a line at least every 30 s (inside a long batch too: its step)
+        stamps = [
+            datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            for line in log.read_text().splitlines()
+            if "loaded model" in line or " snakeskills.progress " in line
+        ]
+        gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(stamps)]
+        assert len(stamps) >= 2 and max(gaps) <= 30, (log, gaps)
     sft_log = (real_run / "logs/sft/round1.log").read_text()
     step_line = r"step (\d+)/(\d+), loss [\d.]+, learning rate [\d.e-]+, [\d.]+ examples/s, elapsed \w+, ETA \w+$"
     steps = re.findall(step_line, sft_log, re.M)

@@ -239,6 +239,7 @@ def context_length(model, tokenizer) -> int | None:
 class HFBackend:
     name = "hf"
     takes = "token_ids"
+    reports_steps = True  # generate(on_step=...) reports each decoding step (snakeskills.progress)
 
     def __init__(
         self,
@@ -294,7 +295,7 @@ class HFBackend:
         )
 
     def generate(
-        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None
     ) -> list[GenerationResult]:
         """Results in the order of ``requests``. Prompts are batched longest first, so that each batch pads
         its prompts to similar lengths (and a batch too large for memory fails at the start). ``on_results``
@@ -316,7 +317,7 @@ class HFBackend:
             on_results([result for result in results if result is not None])  # prompts too long: soft failures
         for start in range(0, len(fitting), self.batch_size):
             batch = [requests[index] for index in fitting[start : start + self.batch_size]]
-            batch_results = self._generate_batch(batch, sampling, cache_length)
+            batch_results = self._generate_batch(batch, sampling, cache_length, on_step)
             for index, result in zip(fitting[start : start + self.batch_size], batch_results, strict=True):
                 results[index] = result
             if on_results is not None:
@@ -343,13 +344,14 @@ class HFBackend:
         return self._stop_criteria[stop]
 
     def _generate_batch(
-        self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0
+        self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0, on_step=None
     ) -> list[GenerationResult]:
         rows_tokens, lengths = self._decode(
             self.left_padded([request.prompt_token_ids for request in requests]),
             [request.seed for request in requests],
             sampling,
             cache_length,
+            on_step,
         )
         results = []
         for tokens, length in zip(rows_tokens, lengths, strict=True):
@@ -364,7 +366,7 @@ class HFBackend:
             )
         return results
 
-    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams, cache_length: int = 0):
+    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams, cache_length: int = 0, on_step=None):
         """Decode one left-padded batch with a KV cache: (generated token ids per row, and per row the number
         of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
         to ``max_new_tokens``).
@@ -402,7 +404,7 @@ class HFBackend:
                     rows_tokens[running[batch_row]] = tokens
                     lengths[running[batch_row]] = ended_at[batch_row]
 
-        generated = 0
+        generated = batch_tokens = 0
         cache = self._new_cache(cache_length)
         with torch.inference_mode():
             # every tensor a compiled step sees is made in inference mode: a normal tensor in the first step and
@@ -423,6 +425,9 @@ class HFBackend:
                     if ended_at[batch_row] is None:
                         ended_at[batch_row] = generated
                 finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
+                batch_tokens += sum(end is None or end == generated for end in ended_at)  # rows that drew a token
+                if on_step is not None:
+                    on_step(batch, generated, max_new_tokens, batch_tokens)
                 if generated == max_new_tokens or len(finished) == len(running):
                     break
                 if self._time_to_compact(len(finished), len(running)):
