@@ -135,7 +135,11 @@ def test_generate_log_says_rows_done_rate_and_eta_each_batch(backend, prepared, 
     monkeypatch.setattr(snakeskills.progress, "MIN_INTERVAL_SECONDS", 0.0)
     with caplog.at_level("INFO", logger="snakeskills.progress"):
         _generate(backend, prepared, tmp_path / "out.jsonl")
-    lines = [record.getMessage() for record in caplog.records if record.name == "snakeskills.progress"]
+    messages = [record.getMessage() for record in caplog.records if record.name == "snakeskills.progress"]
+    # inside a batch, its decoding steps (hf); after it, the rows done
+    steps = [message for message in messages if ", a batch of " in message]
+    assert steps and all(re.search(r"a batch of [73] at step \d+/\d+, .* ETA at most \w+$", step) for step in steps)
+    lines = [message for message in messages if message not in steps]
     # flushes of 10 rows, each generated in backend batches of 7 and 3
     assert [int(re.search(r": (\d+)/40 rows", line).group(1)) for line in lines] == [7, 10, 17, 20, 27, 30, 37, 40]
     pattern = (
