@@ -137,7 +137,7 @@ def claim_job_gpus(count: int, pinned: int | None = None, *, free_server_memory:
     (``free_server_memory`` false: the server it connects to does that), idle model servers still holding
     memory on the claimed GPUs exit before the job starts (``free_idle_servers``)."""
     devices = claim_gpus(count, claims_directory(), pinned=pinned)
-    if free_server_memory and devices and not os.environ.get("SLURM_JOB_ID"):
+    if free_server_memory:
         free_idle_servers(devices)
     return devices
 
@@ -149,31 +149,32 @@ def claim_job_gpus(count: int, pinned: int | None = None, *, free_server_memory:
 # for its lock, that is for its memory.
 
 
-def _server_lock(device: str, key: str) -> Path:
-    return claims_directory() / f"gpu-{device}.server-{key}.lock"
+def _server_lock_name(device: str, key: str) -> str:
+    return f"gpu-{device}.server-{key}.lock"
 
 
-def mark_server_gpus(key: str) -> list[str]:
-    """In a model server: mark the GPUs it sees as holding its memory, for its lifetime."""
-    devices = [] if os.environ.get("SLURM_JOB_ID") else node_gpus()
-    for device in devices:
-        lock = open(_server_lock(device, key), "a")  # noqa: SIM115 - held open for the process's life
+def mark_server_gpus(key: str) -> list[Path]:
+    """In a model server: mark the GPUs it sees as holding its memory, for its lifetime (not in a SLURM job, whose
+    servers end with it). Returns the request files whose appearance asks it to exit."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return []
+    folder, requests = claims_directory(), []
+    for device in node_gpus():
+        lock_path = folder / _server_lock_name(device, key)
+        lock = open(lock_path, "a")  # noqa: SIM115 - held open for the process's life
         fcntl.flock(lock, fcntl.LOCK_SH)
         _held.append(lock)
-    return devices
-
-
-def release_requested(key: str, devices: list[str]) -> bool:
-    """In a model server: whether a job claimed one of its GPUs and asks it to exit."""
-    return any(_server_lock(device, key).with_suffix(".release").exists() for device in devices)
+        requests.append(lock_path.with_suffix(".release"))
+    return requests
 
 
 def free_idle_servers(devices: list[str], keep: str | None = None) -> None:
     """Ask the model servers (but ``keep``'s) that hold memory on these GPUs to exit, and wait until they have.
     The caller holds the GPUs' claims, so no job is using those servers: they exit at once."""
+    folder = claims_directory()
     for device in devices:
-        for lock_path in sorted(claims_directory().glob(f"gpu-{device}.server-*.lock")):
-            if lock_path.name == _server_lock(device, keep or "").name:
+        for lock_path in sorted(folder.glob(_server_lock_name(device, "*"))):
+            if keep is not None and lock_path.name == _server_lock_name(device, keep):
                 continue
             with open(lock_path, "a") as lock:
                 try:

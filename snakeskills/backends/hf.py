@@ -308,7 +308,7 @@ class HFBackend:
             (index for index, result in enumerate(results) if result is None),
             key=lambda index: -len(requests[index].prompt_token_ids),
         )
-        # a compiled step's static cache has one length per job (a power of two), not one per batch
+        # a compiled step's static cache has one length per job (static_cache_length), not one per batch
         cache_length = 0
         if self._compiled_step is not None and fitting:
             cache_length = static_cache_length(len(requests[fitting[0]].prompt_token_ids) + sampling.max_new_tokens)
@@ -425,8 +425,8 @@ class HFBackend:
                     if ended_at[batch_row] is None:
                         ended_at[batch_row] = generated
                 finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
-                batch_tokens += sum(end is None or end == generated for end in ended_at)  # rows that drew a token
                 if on_step is not None:
+                    batch_tokens += sum(end is None or end == generated for end in ended_at)  # rows that drew one
                     on_step(batch, generated, max_new_tokens, batch_tokens)
                 if generated == max_new_tokens or len(finished) == len(running):
                     break

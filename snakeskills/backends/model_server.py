@@ -118,8 +118,7 @@ class SharedModelBackend:
 
         self.chat_template = chat_template
         self.options = {"backend": backend, **options}
-        if not os.environ.get("SLURM_JOB_ID"):
-            free_idle_servers(node_gpus(), keep=server_key(self.options))  # other models' idle servers
+        free_idle_servers(node_gpus(), keep=server_key(self.options))  # other models' idle servers on its GPUs
         folder = private_directory(directory)
         self.socket_path, lock_path, self.server_log = server_paths(folder, self.options)
         for _attempt in range(5):
@@ -302,10 +301,9 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
 
 
 def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: int) -> None:
-    from snakeskills.gpus import mark_server_gpus, release_requested
+    from snakeskills.gpus import mark_server_gpus
 
-    key = server_key(options)
-    devices = mark_server_gpus(key)  # its GPUs hold its memory until it exits (see snakeskills.gpus)
+    release_requests = mark_server_gpus(server_key(options))  # its GPUs hold its memory until it exits
     server = ModelServer(socket_path, options, jobs_per_load)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -313,8 +311,8 @@ def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: i
         time.sleep(0.5)
         with server.state_lock:
             idle = server.clients == 0 and time.monotonic() - server.last_activity > idle_seconds
-            if server.clients == 0 and release_requested(key, devices):
-                logger.info("a job claimed this server's GPU(s) %s: exiting to free their memory", ",".join(devices))
+            if server.clients == 0 and any(request.exists() for request in release_requests):
+                logger.info("a job claimed this server's GPU(s): exiting to free their memory")
                 idle = True
             retired_and_done = server.jobs >= server.jobs_per_load and server.clients == 0
             if idle or retired_and_done:

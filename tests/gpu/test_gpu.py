@@ -32,13 +32,19 @@ SAMPLED = SamplingParams(temperature=0.7, top_p=0.95, top_k=0, max_new_tokens=NE
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=NEW_TOKENS)
 
 
-def hf(path, device: str, **generation):
+def hf(path, device: str, adapter=None, **generation):
     """An hf backend built as a generate job builds it, from the validated default ``generation`` section."""
     model = {"dtype": generation.pop("dtype", "auto"), "trust_remote_code": False}
     config = copy.deepcopy(default_config())
     config["generation"].update(backend="hf", device=device, **generation)
     prepare_config(config)
-    backend = build_backend("hf", **local_backend_options(config["generation"], model, str(path), None, 4))
+    options = local_backend_options(config["generation"], model, str(path), str(adapter) if adapter else None, 4)
+    return build_backend("hf", **options)
+
+
+def random_hf(path, device: str, **generation):
+    """``hf`` on the random-weights Llama, whose rows end at any of the ENDING tokens."""
+    backend = hf(path, device, **generation)
     backend.eos_token_ids = set(ENDING)
     return backend
 
@@ -98,7 +104,7 @@ def identical_share(first, second) -> float:
 def test_backend_against_plain_generate(random_llama, requests, device, record, dtype):
     """Greedy rows equal plain ``generate``'s; sampled, the backend (rows leave the batch as they end, per-row
     seeds) is faster than ``generate(do_sample=True)`` on the same batches. Goal: 2x sampled in bf16."""
-    backend = hf(random_llama, device, dtype=dtype, batch_size=PROMPTS)
+    backend = random_hf(random_llama, device, dtype=dtype, batch_size=PROMPTS)
     backend.generate(requests[:8], SamplingParams(0.7, 0.95, 0, 4))  # warm-up
     greedy, _ = timed(backend.generate, requests, GREEDY)
     plain_greedy, _ = timed(plain_generate, backend, requests, GREEDY)
@@ -130,8 +136,8 @@ def test_compiled_step_against_eager(random_llama, requests, device, record, dty
     """generation.compile (CUDA graphs): the same rows as the eager loop, each shape compiled once, faster."""
     from torch._dynamo.utils import counters
 
-    eager = hf(random_llama, device, dtype=dtype, batch_size=PROMPTS)
-    compiled = hf(random_llama, device, dtype=dtype, batch_size=PROMPTS, compile=True)
+    eager = random_hf(random_llama, device, dtype=dtype, batch_size=PROMPTS)
+    compiled = random_hf(random_llama, device, dtype=dtype, batch_size=PROMPTS, compile=True)
     graphs = counters["stats"]["unique_graphs"]
     _, first_seconds = timed(compiled.generate, requests, SAMPLED)
     compiled_results, compiled_seconds = timed(compiled.generate, requests, SAMPLED)
@@ -157,7 +163,7 @@ def test_rows_across_batch_sizes(random_llama, requests, device, record, dtype):
     batch's size and padding; the shares of identical rows are what the README reports."""
     results = {}
     for batch_size in (1, 8, PROMPTS):
-        backend = hf(random_llama, device, dtype=dtype, batch_size=batch_size)
+        backend = random_hf(random_llama, device, dtype=dtype, batch_size=batch_size)
         results[batch_size] = backend.generate(requests[:16] if batch_size == 1 else requests, SAMPLED)
     shares = {
         "batch_8_and_64": identical_share(results[8], results[PROMPTS]),
@@ -203,13 +209,7 @@ def sft_arguments(tiny_folder, tmp_path, method: str, **training) -> dict:
 
 
 def answers(path, device: str, adapter=None) -> list[str]:
-    config = copy.deepcopy(default_config())
-    config["generation"].update(backend="hf", device=device, batch_size=4)
-    prepare_config(config)
-    model = {"dtype": "auto", "trust_remote_code": False}
-    backend = build_backend(
-        "hf", **local_backend_options(config["generation"], model, str(path), str(adapter) if adapter else None, 4)
-    )
+    backend = hf(path, device, adapter, batch_size=4)
     requests = [
         GenerationRequest(seed=0, prompt_token_ids=tuple(backend.tokenizer(f"{i}+{i}=")["input_ids"])) for i in range(4)
     ]
