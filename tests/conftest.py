@@ -198,6 +198,19 @@ def planned_jobs(workdir, configfile, *arguments) -> list[dict]:
     return jobs
 
 
+@pytest.fixture(autouse=True)
+def visible_devices_restored():
+    """claim_gpus sets CUDA_VISIBLE_DEVICES in its process, as a job needs. A test that claims pretend GPUs must not
+    leave them to the workflow runs of later tests: CI once saw a later run's generate jobs claim the pretend MIG
+    instances of test_gpus (monkeypatch does not restore a variable that was unset when it was deleted)."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    yield
+    if before is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real end-to-end run of the embedded default config (a few minutes on 2 CPU cores)."""
