@@ -12,6 +12,7 @@ import random
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -213,11 +214,17 @@ def visible_devices_restored():
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
-    """One real end-to-end run of the embedded default config (a few minutes on 2 CPU cores)."""
+    """One real end-to-end run of the embedded default config (1.5 to 3 minutes on 2 CPU cores). How long it took
+    is in ``RUN_SECONDS`` inside it: test_kill kills its reruns at moments scaled to it."""
     workdir = tmp_path_factory.mktemp("default-run")
+    started = time.monotonic()
     process = run_snakemake(workdir, "--cores", "2")
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    (workdir / RUN_SECONDS).write_text(f"{time.monotonic() - started:.1f}\n")
     return workdir
+
+
+RUN_SECONDS = "run-seconds.txt"
 
 
 @pytest.fixture(scope="session")
