@@ -212,6 +212,9 @@ def visible_devices_restored():
         os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
+RUN_SECONDS = "run-seconds.txt"  # in the finished run: how long it took
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real end-to-end run of the embedded default config (1.5 to 3 minutes on 2 CPU cores). How long it took
@@ -222,9 +225,6 @@ def finished_run(tmp_path_factory) -> Path:
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     (workdir / RUN_SECONDS).write_text(f"{time.monotonic() - started:.1f}\n")
     return workdir
-
-
-RUN_SECONDS = "run-seconds.txt"
 
 
 @pytest.fixture(scope="session")

@@ -42,10 +42,8 @@ def local_checkpoint_config(tmp_path, checkpoint, **overrides) -> tuple[dict, ob
             "backend": "hf",
             "batch_size": 8,
             "sampling": {"temperature": 1.0, "max_new_tokens": 6},
-            # generate jobs share one model load per node (tested below by counting loads in the logs); the
-            # server outlives gaps between them (an LLM judge job loading its model on a busy 2-core CI machine
-            # took more than 5 s once, and a second server started)
-            "share_model": {"enabled": True, "idle_seconds": 60, "directory": str(tmp_path / "model-servers")},
+            # generate jobs share one model load per node (tested below by counting loads in the logs)
+            "share_model": {"enabled": True, "idle_seconds": 5, "directory": str(tmp_path / "model-servers")},
         },
         # an untrained model never writes \boxed{}; the digit regex gives it answers to judge
         "judge": {
