@@ -65,6 +65,11 @@ SUMMARY_TABLE = LAYOUT.summary_table
 PLOT = LAYOUT.plot
 SYNTHESIS_SOURCES = LAYOUT.synthesis_sources
 SYNTHESIS_PROBLEMS = LAYOUT.synthesis_problems
+SYNTHESIS_FILTERED = PLAN.synthesis_filtered()
+SYNTHESIS_CANDIDATES = LAYOUT.synthesis_candidates
+SYNTHESIS_LLM_CHECKED = LAYOUT.synthesis_llm_checked
+SYNTHESIS_LLM_CHECK_STATS = LAYOUT.synthesis_llm_check_stats
+CONTAMINATION_CHECK_SETTINGS = LAYOUT.contamination_check_settings
 SYNTHESIZED = LAYOUT.synthesized
 SYNTHESIS_DROPPED = LAYOUT.synthesis_dropped
 SYNTHESIS_FILTER_STATS = LAYOUT.synthesis_filter_stats
@@ -86,6 +91,9 @@ TUNED_MODELS = PLAN.tuned_models
 EVALUATED_TEACHER = PLAN.evaluated_teacher
 PROMPT = resolve_prompt(config["prompt"])
 JUDGE_PROMPT = resolve_prompt(config["judge"]["llm"]["prompt"]) if config["judge"]["llm"] else None
+CONTAMINATION_PROMPT = (
+    resolve_prompt(config["synthesis"]["decontamination"]["llm_prompt"]) if PLAN.synthesis_llm_check() else None
+)
 
 
 wildcard_constraints:

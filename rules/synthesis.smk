@@ -26,7 +26,7 @@ rule synthesis_problems:
         train=SYNTHESIS_REFERENCES["train"],
         eval=SYNTHESIS_REFERENCES["eval"],
     output:
-        problems=SYNTHESIS_PROBLEMS,
+        problems=SYNTHESIS_FILTERED,
         dropped=SYNTHESIS_DROPPED,
         stats=SYNTHESIS_FILTER_STATS,
     params:
@@ -39,6 +39,45 @@ rule synthesis_problems:
         "../envs/judge.yaml"
     script:
         "../scripts/synthesis_problems.py"
+
+
+if PLAN.synthesis_llm_check():
+
+    rule contamination_check_settings:
+        output:
+            CONTAMINATION_CHECK_SETTINGS,
+        params:
+            llm=config["judge"]["llm"],
+            prompt=CONTAMINATION_PROMPT,
+        log:
+            LOGS / "settings/contamination_check.log",
+        conda:
+            "../envs/data.yaml"
+        script:
+            "../scripts/write_settings.py"
+
+    # the LLM judge reads each problem the n-gram check kept beside its most similar eval problem (shell: as
+    # llm_judge, a model-loading job run by snakeskills.cli)
+    rule synthesis_llm_check:
+        input:
+            settings=CONTAMINATION_CHECK_SETTINGS,
+            candidates=SYNTHESIS_CANDIDATES,
+            eval=SYNTHESIS_REFERENCES["eval"],
+        output:
+            problems=SYNTHESIS_PROBLEMS,
+            checked=SYNTHESIS_LLM_CHECKED,
+            stats=SYNTHESIS_LLM_CHECK_STATS,
+        log:
+            LOGS / "synthesis/round{round}/{benchmark}/llm-check.log",
+        threads: 1
+        resources:
+            gpu=llm_judge_gpus,
+        conda:
+            LLM_JUDGE_ENV
+        shell:
+            "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-contamination-check --settings {input.settings:q}"
+            " --threads {threads} --gpus {resources.gpu} --candidates {input.candidates:q} --eval {input.eval:q}"
+            " --output {output.problems:q} --checked {output.checked:q} --stats {output.stats:q} --log {log:q}"
 
 
 rule synthesis_label:
@@ -68,6 +107,7 @@ rule synthesis_funnel:
         filter=SYNTHESIS_STATS["filter"],
         label=SYNTHESIS_STATS["label"],
         sft=SYNTHESIS_STATS["sft"],
+        llm_check=SYNTHESIS_STATS["llm_check"],
     output:
         funnel=SYNTHESIS_FUNNEL,
         table=SYNTHESIS_FUNNEL_TABLE,

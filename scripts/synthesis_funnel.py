@@ -6,6 +6,7 @@ with script_logging(snakemake.log[0]) as logger:
         list(snakemake.input.filter),
         list(snakemake.input.label),
         list(snakemake.input.sft),
+        list(snakemake.input.llm_check),
         runs=[tuple(run) for run in snakemake.params.runs],
         rounds=snakemake.params.rounds,
         output_path=snakemake.output.funnel,

@@ -1,4 +1,5 @@
-"""Entry points of the per-chunk jobs (generate, judge, llm_judge), run by ``shell:`` rules.
+"""Entry points of the per-chunk jobs (generate, judge, llm_judge) and the LLM contamination check of synthesized
+problems, run by ``shell:`` rules.
 
 These rules make up nearly all of a large run's jobs (10,000 generate and 10,000 judge jobs at
 100 chunks x 16 seeds x 3 benchmarks x 2 models), and Snakemake plans a ``shell:`` job for less than
@@ -12,6 +13,8 @@ JSON argument.
         --threads T --gpus G --output O --log L
     python3 -m snakeskills.cli judge --settings-json JSON --threads T --input I --output O --log L
     python3 -m snakeskills.cli llm-judge --settings S --threads T --gpus G --input I --output O --log L
+    python3 -m snakeskills.cli llm-contamination-check --settings S --threads T --gpus G --candidates C \
+        --eval E [E ...] --output O --checked K --stats J --log L
 """
 
 from __future__ import annotations
@@ -125,6 +128,37 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
         logger.info("llm judge done: %s", counts)
 
 
+def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
+    from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.synthesis import llm_contamination_check
+
+    with script_logging(arguments.log) as logger:
+        settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
+        llm = settings["llm"]
+        claim_gpus_for(llm["generation"], arguments.gpus)
+        backend = backend_from_config(
+            llm["generation"],
+            llm["model"],
+            model_path=llm["model"]["path"],
+            adapter_path=None,
+            threads=arguments.threads,
+            chat_template=settings["prompt"]["chat_template"],
+        )
+        counts = llm_contamination_check(
+            backend=backend,
+            candidates_path=arguments.candidates,
+            eval_paths=arguments.eval,
+            problems_path=arguments.output,
+            checked_path=arguments.checked,
+            stats_path=arguments.stats,
+            prompt=settings["prompt"],
+            sampling=sampling_from_config(llm["generation"]["sampling"], settings["prompt"]),
+            rows_per_flush=llm["generation"]["rows_per_flush"],
+            fingerprint_files=[arguments.settings],
+        )
+        logger.info("contamination check done: %s", counts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m snakeskills.cli", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -158,6 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
     llm_judge = gpu_command("llm-judge", run_llm_judge, "judge one judged chunk again with an LLM")
     llm_judge.add_argument("--settings", required=True, help="settings/llm_judge.json")
     llm_judge.add_argument("--input", required=True, help="the rule-based judged chunk (JSONL)")
+
+    check = gpu_command(
+        "llm-contamination-check",
+        run_llm_contamination_check,
+        "ask the LLM judge whether new problems are their most similar eval problems; --output gets the others",
+    )
+    check.add_argument("--settings", required=True, help="settings/contamination_check.json")
+    check.add_argument("--candidates", required=True, help="the problems the n-gram check kept (JSONL)")
+    check.add_argument("--eval", nargs="+", required=True, help="the prepared eval splits (JSONL)")
+    check.add_argument("--checked", required=True, help="every candidate with its verdict (JSONL)")
+    check.add_argument("--stats", required=True, help="the counts (JSON)")
     return parser
 
 

@@ -205,6 +205,11 @@ def _check_synthesis(config: dict) -> None:
             raise SnakeskillsError(
                 f"config key synthesis.filter.pattern: {pattern!r} is not a regular expression ({error})"
             ) from None
+    if synthesis["decontamination"]["llm_check"] and config["judge"]["llm"] is None:
+        raise SnakeskillsError(
+            "config key synthesis.decontamination.llm_check asks the LLM judge whether a new problem is an eval "
+            "problem, but judge.llm is not set; set judge.llm (model, prompt, generation) or llm_check: false"
+        )
     for key in ("train_split", "eval_split"):
         if synthesis_split_part(config[key]) is not None:
             raise SnakeskillsError(f"config key {key}: split names synth-round<r>... are kept for synthesized data")
@@ -435,6 +440,11 @@ class Layout:
     # the labelled split, and what was dropped and why
     synthesis_sources: str = "data/{benchmark}/synth-round{round}-sources.jsonl"
     synthesis_problems: str = "data/{benchmark}/synth-round{round}-problems.jsonl"
+    # with synthesis.decontamination.llm_check: the problems the n-gram check kept, and the LLM judge's verdicts
+    synthesis_candidates: str = "synthesis/round{round}/{benchmark}/candidates.jsonl"
+    synthesis_llm_checked: str = "synthesis/round{round}/{benchmark}/llm-check.jsonl"
+    synthesis_llm_check_stats: str = "synthesis/round{round}/{benchmark}/llm-check.json"
+    contamination_check_settings: str = "settings/contamination_check.json"
     synthesized: str = "data/{benchmark}/synth-round{round}.jsonl"
     synthesis_dropped: str = "synthesis/round{round}/{benchmark}/dropped.jsonl"
     synthesis_filter_stats: str = "synthesis/round{round}/{benchmark}/filter.json"
@@ -756,11 +766,23 @@ class Plan:
             ],
         }
 
+    def synthesis_llm_check(self) -> bool:
+        """Whether the LLM judge checks the new problems against their most similar eval problems."""
+        return self.synthesis is not None and self.synthesis["decontamination"]["llm_check"]
+
+    def synthesis_filtered(self) -> str:
+        """What the parse, filter and n-gram step writes: the problems the solver answers, or, with the LLM check,
+        the candidates that check reads."""
+        return self.layout.synthesis_candidates if self.synthesis_llm_check() else self.layout.synthesis_problems
+
     def synthesis_stats_files(self) -> dict[str, list[str]]:
-        """The filter and label counts of every round and train benchmark, and each round's SFT stats: the funnel."""
+        """The filter (and LLM check) and label counts of every round and train benchmark, and each round's SFT
+        stats: the funnel."""
         runs = self.synthesis_runs()
+        llm_checked = runs if self.synthesis_llm_check() else []
         return {
             "filter": [self.layout.synthesis_filter_stats.format(round=r, benchmark=b) for r, b in runs],
+            "llm_check": [self.layout.synthesis_llm_check_stats.format(round=r, benchmark=b) for r, b in llm_checked],
             "label": [self.layout.synthesis_label_stats.format(round=r, benchmark=b) for r, b in runs],
             "sft": [self.layout.sft_stats.format(model=f"round{r}") for r in self.synthesis_rounds()],
         }

@@ -245,6 +245,104 @@ def filter_problems(
     return kept, dropped, counts
 
 
+NO_SHARED_WORD_JUDGEMENT = (
+    "The new problem shares no word with any eval problem, so the judge model was not called.\nJudgement: No"
+)
+
+
+def llm_contamination_check(
+    *,
+    backend,
+    candidates_path: str | Path,
+    eval_paths: list[str | Path],
+    problems_path: str | Path,
+    checked_path: str | Path,
+    stats_path: str | Path,
+    prompt: dict,
+    sampling,
+    rows_per_flush: int,
+    fingerprint_files: list[str | Path],
+) -> dict:
+    """NeMo-Skills' contamination check: the LLM judge reads each candidate (a problem the n-gram check kept) beside
+    the eval problem most similar to it and says whether they are the same problem; a Yes removes it.
+
+    The most similar eval problem is the one sharing the largest share of words (``NgramIndex`` of size 1: a
+    lexical stand-in for NeMo-Skills' embedding retrieval, enough for what n-grams miss: rewordings around the
+    same numbers). A candidate sharing no word with any eval problem is kept without asking. ``checked_path``
+    gets every candidate with ``similar_problem`` (and its benchmark and id), ``word_overlap``,
+    ``contamination_judgement`` (the judge's text) and ``llm_contaminated``; it is written resumably (progress
+    file, one seed per row), so a killed job goes on where it stopped. ``problems_path`` gets the candidates
+    not judged the same, unchanged. ``fingerprint_files``: files besides the inputs whose identity decides the
+    verdicts (the workflow passes its settings file)."""
+    import dataclasses
+
+    from snakeskills.backends import build_request
+    from snakeskills.generate import row_seed
+    from snakeskills.io import fingerprint
+    from snakeskills.llm_judge import parse_judgement
+    from snakeskills.progress import Progress, generate_with_progress
+    from snakeskills.resumable import process_resumable
+
+    candidates = read_jsonl(candidates_path)
+    index = NgramIndex(read_eval_problems(eval_paths), 1)
+    rows = []
+    for candidate in candidates:
+        similar, overlap = index.closest(candidate["problem"])
+        rows.append(
+            {
+                "id": candidate["id"],
+                "problem": candidate["problem"],
+                "random_seed": candidate["random_seed"],
+                "similar_problem": similar["problem"] if similar else None,
+                "similar_benchmark": similar["benchmark"] if similar else None,
+                "similar_id": similar["id"] if similar else None,
+                "word_overlap": round(overlap, 4),
+            }
+        )
+    job_fingerprint = fingerprint(
+        [candidates_path, *eval_paths, *fingerprint_files],
+        {"prompt": prompt, "sampling": dataclasses.asdict(sampling)},
+    )
+    progress = Progress(len(rows), label=f"contamination check {Path(checked_path).name}")
+
+    def check_batch(batch: list[dict]) -> list[dict]:
+        judgements = [None if row["similar_problem"] is not None else NO_SHARED_WORD_JUDGEMENT for row in batch]
+        to_ask = [position for position, judgement in enumerate(judgements) if judgement is None]
+        asked = [batch[position] for position in to_ask]
+        requests = [
+            build_request(backend, prompt, row, row_seed(row["random_seed"], f"same\x00{row['id']}")) for row in asked
+        ]
+        progress.advance(len(batch) - len(to_ask))
+        results = generate_with_progress(backend, requests, sampling, progress) if requests else []
+        for position, result in zip(to_ask, results, strict=True):
+            judgements[position] = result.generation
+        return [
+            {**row, "contamination_judgement": judgement, "llm_contaminated": parse_judgement(judgement)}
+            for row, judgement in zip(batch, judgements, strict=True)
+        ]
+
+    process_resumable(
+        rows,
+        process_batch=check_batch,
+        output_path=checked_path,
+        rows_per_flush=rows_per_flush,
+        job_fingerprint=job_fingerprint,
+        progress=progress,
+    )
+    checked = read_jsonl(checked_path)
+    kept = [candidate for candidate, row in zip(candidates, checked, strict=True) if not row["llm_contaminated"]]
+    counts = {
+        "checked": len(checked),
+        "asked": sum(row["similar_problem"] is not None for row in checked),
+        "contaminated": len(checked) - len(kept),
+        "clean": len(kept),
+    }
+    write_jsonl(problems_path, kept)
+    write_json(stats_path, counts)
+    logger.info("LLM contamination check: %s", counts)
+    return counts
+
+
 # ---------------------------------------------------------------- majority labels
 
 
@@ -456,6 +554,16 @@ def write_sources(
     return len(chosen)
 
 
+def read_eval_problems(eval_paths: list[str | Path]) -> list[dict]:
+    """``benchmark``, ``id`` and ``problem`` of every row of the prepared eval splits
+    ``data/{benchmark}/{split}.jsonl``."""
+    return [
+        {"benchmark": Path(path).parent.name, "id": row["id"], "problem": row["problem"]}
+        for path in eval_paths
+        for row in iter_jsonl(path)
+    ]
+
+
 def write_problems(
     generated_paths: list[str | Path],
     *,
@@ -474,11 +582,7 @@ def write_problems(
     prepared eval splits ``data/{benchmark}/{split}.jsonl``."""
     generated = [row for rows in rows_by_seed(generated_paths) for row in rows]
     train_problems = [row["problem"] for path in train_paths for row in iter_jsonl(path)]
-    eval_problems = [
-        {"benchmark": Path(path).parent.name, "id": row["id"], "problem": row["problem"]}
-        for path in eval_paths
-        for row in iter_jsonl(path)
-    ]
+    eval_problems = read_eval_problems(eval_paths)
     kept, dropped, counts = filter_problems(
         generated,
         train_problems=train_problems,
@@ -543,13 +647,24 @@ FUNNEL_STEPS = ("generated", "parsed", "unique", "clean", "labelled")
 
 
 def funnel(
-    filter_stats: list[dict], label_stats: list[dict], runs: list[tuple[int, str]], sft_stats: dict
+    filter_stats: list[dict],
+    label_stats: list[dict],
+    runs: list[tuple[int, str]],
+    sft_stats: dict,
+    llm_check_stats: list[dict] | None = None,
 ) -> list[dict]:
     """One row per (round, benchmark): the new problems left after each step, the round's SFT examples from
-    synthesized problems, and the label accuracy where the benchmark could check labels."""
+    synthesized problems, and the label accuracy where the benchmark could check labels. With the LLM
+    contamination check (``llm_check_stats``, one per run), clean counts what both checks kept, and
+    ``llm_contaminated`` what the LLM check removed."""
     rows = []
-    for (round_number, benchmark), filtered, labelled in zip(runs, filter_stats, label_stats, strict=True):
+    for position, ((round_number, benchmark), filtered, labelled) in enumerate(
+        zip(runs, filter_stats, label_stats, strict=True)
+    ):
         row = {"round": round_number, "benchmark": benchmark, **{step: filtered[step] for step in FUNNEL_STEPS[:-1]}}
+        if llm_check_stats:
+            row["llm_contaminated"] = llm_check_stats[position]["contaminated"]
+            row["clean"] = llm_check_stats[position]["clean"]
         row["labelled"] = labelled["labelled"]
         row["sft_examples"] = sft_stats[round_number]["kept_by_source"].get("synthesized", 0)
         row["label_accuracy"] = labelled.get("label_accuracy")
@@ -581,6 +696,9 @@ def format_funnel(rows: list[dict]) -> str:
         "synthesized problems per round (generated -> parsed -> unique -> clean of contamination -> labelled), "
         "and the round's SFT examples from them"
     ]
+    if any("llm_contaminated" in row for row in rows):
+        removed = ", ".join(f"round{row['round']} {row['benchmark']}: {row['llm_contaminated']}" for row in rows)
+        text.append(f"clean: by the n-gram and the LLM check (removed by the LLM judge: {removed})")
     for cells in [header, *lines]:
         text.append("  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip())
     return "\n".join(text) + "\n"
@@ -590,6 +708,7 @@ def write_funnel(
     filter_paths: list[str | Path],
     label_paths: list[str | Path],
     sft_stats_paths: list[str | Path],
+    llm_check_paths: list[str | Path],
     *,
     runs: list[tuple[int, str]],
     rounds: list[int],
@@ -598,7 +717,11 @@ def write_funnel(
 ) -> list[dict]:
     sft_stats = {round_number: read_json(path) for round_number, path in zip(rounds, sft_stats_paths, strict=True)}
     rows = funnel(
-        [read_json(path) for path in filter_paths], [read_json(path) for path in label_paths], runs, sft_stats
+        [read_json(path) for path in filter_paths],
+        [read_json(path) for path in label_paths],
+        runs,
+        sft_stats,
+        [read_json(path) for path in llm_check_paths],
     )
     write_json(output_path, rows)
     write_text(table_path, format_funnel(rows))

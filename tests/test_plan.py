@@ -501,6 +501,11 @@ OWN_WRITER = {
             "config key synthesis.sampling replaces a teacher or student writer's sampling",
         ),
         (
+            with_synthesis(writer="student", label={"solver": "student"}, decontamination={"llm_check": True}),
+            "config key synthesis.decontamination.llm_check asks the LLM judge whether a new problem is an eval "
+            "problem, but judge.llm is not set",
+        ),
+        (
             lambda config: (
                 with_synthesis(writer="student", label={"solver": "student"})(config),
                 config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"].update({"synth-round1": 10}),
@@ -553,6 +558,34 @@ def test_synthesis_splits_jobs_and_seeds():
     ]
     assert plan.synthesis_exact_answer("arithmetic") == "arithmetic"
     assert "results/tiny-arithmetic/synthesis/funnel.txt" in plan.targets([], [])
+
+
+def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver():
+    student = {"writer": "student", "label": {"solver": "student"}}
+    plan = plan_of(with_synthesis(**student))
+    assert not plan.synthesis_llm_check()
+    assert plan.synthesis_filtered() == "results/tiny-arithmetic/data/{benchmark}/synth-round{round}-problems.jsonl"
+    assert plan.synthesis_stats_files()["llm_check"] == []
+
+    def with_llm_check(config):
+        with_synthesis(**student, decontamination={"llm_check": True})(config)
+        config["judge"]["llm"] = {
+            "generation": {
+                "backend": "openai",
+                "openai": {"base_url": NO_SERVER, "model": "j"},
+                "sampling": {"max_new_tokens": 32},
+            },
+            "prompt": {"template": "judge-math"},
+        }
+
+    plan = plan_of(with_llm_check, rounds=2)
+    assert plan.synthesis_llm_check()
+    assert plan.synthesis_filtered() == "results/tiny-arithmetic/synthesis/round{round}/{benchmark}/candidates.jsonl"
+    assert plan.synthesis_stats_files()["llm_check"] == [
+        f"results/tiny-arithmetic/synthesis/round{r}/arithmetic/llm-check.json" for r in (1, 2)
+    ]
+    prompt = plan.config["synthesis"]["decontamination"]["llm_prompt"]
+    assert prompt["template"] == "same-problem" and not prompt["chat_template"]
 
 
 def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():

@@ -1,17 +1,27 @@
-"""Problem synthesis (snakeskills/synthesis.py): sources, parsing, normalized dedup, n-gram decontamination and
-majority labels over math-verify equivalence classes, as plain functions."""
+"""Problem synthesis (snakeskills/synthesis.py): sources, parsing, normalized dedup, n-gram decontamination, the LLM
+contamination check (through the real hf backend, an untrained tiny Llama as the judge model) and majority labels
+over math-verify equivalence classes, as plain functions."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import default_section
+from conftest import default_section, hf_backend
+from interruptions import run_killed_after_batches
 
+from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_answer
 from snakeskills.errors import SnakeskillsError
+from snakeskills.io import read_json, read_jsonl, write_jsonl
+from snakeskills.llm_judge import parse_judgement
+from snakeskills.prompts import resolve_prompt
+from snakeskills.resumable import progress_path_for
 from snakeskills.synthesis import (
+    NO_SHARED_WORD_JUDGEMENT,
     NgramIndex,
     filter_problems,
+    funnel,
     label_problems,
+    llm_contamination_check,
     majority,
     parse_problem,
     problem_key,
@@ -178,6 +188,95 @@ def test_filter_counts_every_drop_and_keeps_new_problems_in_order():
     }
     (contaminated,) = [row for row in dropped if row["reason"] == "contaminated"]
     assert contaminated["eval_id"] == "test-000007" and contaminated["score"] == 1.0
+
+
+# ---------------------------------------------------------------- the LLM contamination check
+
+# a prompt inside the tiny model's character set; real runs use the shipped same-problem template
+SAME_PROBLEM_PROMPT = resolve_prompt(
+    {
+        "template": None,
+        "system": None,
+        "user": "{problem}?{similar_problem}:",
+        "num_few_shot": None,
+        "chat_template": False,
+    }
+)
+EVAL_ROWS = [{"id": f"e{i}", "problem": problem} for i, problem in enumerate(["12+30", "45+17", "8+8"])]
+# "77-66" shares no word (number or symbol) with any eval problem: kept without asking the model
+CANDIDATES = [
+    {"id": f"synth-round1-{i:06d}", "problem": problem, "source_id": "t0", "random_seed": i % 3}
+    for i, problem in enumerate(["30+12", "77-66", "45+71", "8+9", "12+31", "60-50", "17+45"])
+]
+
+
+@pytest.fixture(scope="module")
+def judge_backend(tiny_checkpoint):
+    return hf_backend(str(tiny_checkpoint), batch_size=8, threads=1)
+
+
+@pytest.fixture()
+def contamination_inputs(tmp_path):
+    write_jsonl(tmp_path / "candidates.jsonl", CANDIDATES)
+    (tmp_path / "data/arithmetic").mkdir(parents=True)
+    write_jsonl(tmp_path / "data/arithmetic/test.jsonl", EVAL_ROWS)
+    return tmp_path
+
+
+def _check(backend, folder, name):
+    return llm_contamination_check(
+        backend=backend,
+        candidates_path=folder / "candidates.jsonl",
+        eval_paths=[folder / "data/arithmetic/test.jsonl"],
+        problems_path=folder / f"{name}-problems.jsonl",
+        checked_path=folder / f"{name}-checked.jsonl",
+        stats_path=folder / f"{name}-stats.json",
+        prompt=SAME_PROBLEM_PROMPT,
+        sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+        rows_per_flush=2,
+        fingerprint_files=[],
+    )
+
+
+def test_each_candidate_is_judged_beside_its_most_similar_eval_problem(judge_backend, contamination_inputs):
+    counts = _check(judge_backend, contamination_inputs, "run")
+    checked = read_jsonl(contamination_inputs / "run-checked.jsonl")
+    assert [row["id"] for row in checked] == [row["id"] for row in CANDIDATES]
+    similar = {row["problem"]: row["similar_problem"] for row in checked}
+    assert similar["30+12"] == "12+30" and similar["17+45"] == "45+17" and similar["8+9"] == "8+8"
+    assert similar["77-66"] is None and similar["60-50"] is None
+    assert {row["similar_benchmark"] for row in checked if row["similar_problem"]} == {"arithmetic"}
+    for row in checked:
+        assert row["llm_contaminated"] is parse_judgement(row["contamination_judgement"])
+        # the model answered every candidate sharing a word with an eval problem, and no other
+        assert (row["contamination_judgement"] == NO_SHARED_WORD_JUDGEMENT) is (row["similar_problem"] is None)
+    kept = read_jsonl(contamination_inputs / "run-problems.jsonl")
+    assert kept == [row for row, verdict in zip(CANDIDATES, checked, strict=True) if not verdict["llm_contaminated"]]
+    assert counts == read_json(contamination_inputs / "run-stats.json")
+    assert counts == {"checked": 7, "asked": 5, "contaminated": 7 - len(kept), "clean": len(kept)}
+
+
+def test_a_killed_check_resumes_to_the_same_verdicts(judge_backend, contamination_inputs, monkeypatch):
+    _check(judge_backend, contamination_inputs, "reference")
+    run_killed_after_batches(
+        judge_backend, monkeypatch, lambda: _check(judge_backend, contamination_inputs, "resumed"), batches=1
+    )
+    assert progress_path_for(contamination_inputs / "resumed-checked.jsonl").exists()
+    _check(judge_backend, contamination_inputs, "resumed")
+    for suffix in ("checked.jsonl", "problems.jsonl"):
+        assert (contamination_inputs / f"resumed-{suffix}").read_bytes() == (
+            contamination_inputs / f"reference-{suffix}"
+        ).read_bytes()
+
+
+def test_the_funnel_counts_what_the_llm_check_removed():
+    filtered = {"generated": 10, "parsed": 9, "unique": 8, "clean": 7}
+    label = {"labelled": 5, "label_accuracy": None, "label_checked": None}
+    sft = {1: {"kept_by_source": {"synthesized": 5}}}
+    (row,) = funnel([filtered], [label], [(1, "arithmetic")], sft, [{"contaminated": 2, "clean": 5}])
+    assert row["clean"] == 5 and row["llm_contaminated"] == 2 and row["unique"] == 8
+    (row,) = funnel([filtered], [label], [(1, "arithmetic")], sft, [])
+    assert row["clean"] == 7 and "llm_contaminated" not in row
 
 
 # ---------------------------------------------------------------- majority labels
