@@ -277,7 +277,7 @@ def llm_contamination_check(
     import dataclasses
 
     from snakeskills.backends import build_request
-    from snakeskills.generate import row_seed
+    from snakeskills.generate import log_model_input, row_seed
     from snakeskills.io import fingerprint
     from snakeskills.llm_judge import parse_judgement
     from snakeskills.progress import Progress, generate_with_progress
@@ -304,6 +304,7 @@ def llm_contamination_check(
         {"prompt": prompt, "sampling": dataclasses.asdict(sampling)},
     )
     progress = Progress(len(rows), label=f"contamination check {Path(checked_path).name}")
+    logged: list[bool] = []  # the first request's model input goes to the log once
 
     def check_batch(batch: list[dict]) -> list[dict]:
         judgements = [None if row["similar_problem"] is not None else NO_SHARED_WORD_JUDGEMENT for row in batch]
@@ -312,6 +313,9 @@ def llm_contamination_check(
         requests = [
             build_request(backend, prompt, row, row_seed(row["random_seed"], f"same\x00{row['id']}")) for row in asked
         ]
+        if requests and not logged:
+            log_model_input(requests[0], backend)
+            logged.append(True)
         progress.advance(len(batch) - len(to_ask))
         results = generate_with_progress(backend, requests, sampling, progress) if requests else []
         for position, result in zip(to_ask, results, strict=True):

@@ -4,7 +4,8 @@ agree (synthesis.label.min_agreement 1.0), and the embedded tiny student trains 
 no answer of the train split is used (synthesis.sources.problems all, synthesis.sft_data only). The arithmetic
 skill computes every parsed a+b exactly, which is the ground truth for parse rate and label accuracy. Eval problems
 injected into the writer's output must all be removed by decontamination, and a run killed while the solver
-samples resumes to the same labels.
+samples resumes to the same labels. The LLM contamination check, added to the finished run, judges every new
+problem beside its most similar eval problem with SmolLM2.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_snakemake, shrunk_default_config, write_config
+import yaml
+from conftest import REPO, job_counts, run_snakemake, shrunk_default_config, write_config
 
 from snakeskills.data.synthetic import arithmetic_answer
-from snakeskills.synthesis import problem_key
+from snakeskills.synthesis import NO_SHARED_WORD_JUDGEMENT, problem_key
 from snakeskills.workflow import snakemake_command
 
 pytestmark = pytest.mark.slow
@@ -200,3 +202,76 @@ def test_killed_while_labelling_resumes_to_the_same_labels(synthesis_run):
         path.read_text() for path in (results / "logs/generate/teacher/arithmetic/synth-round1-problems").rglob("*.log")
     ]
     assert any("rows already done" in log for log in logs), "a killed chunk resumed from its progress file"
+
+
+def test_the_llm_contamination_check_added_to_a_finished_run(synthesis_run, smollm2, tmp_path):
+    """synthesis.decontamination.llm_check switched on in a copy of the finished run, with SmolLM2-135M-Instruct
+    (stock, hf on the CPU, chat template, greedy) as judge.llm on the shipped same-problem prompt (2 of its
+    examples; the one check job gets both cores with Snakemake's --set-threads): only the check's jobs run.
+    Commuted copies of eval sums ("b+a" for an eval "a+b") share no n-gram with them, so they pass the n-gram check
+    and reach the judge beside the very eval problem they were made from. A 135M model cannot tell (it answered No
+    on every pair tried, copies included: BENCHMARKS.md), so this tests the machinery with a real model: each
+    candidate judged beside its most similar eval problem, the verdicts the model's own text, and what it called
+    the same removed."""
+    workdir, configfile, _ = synthesis_run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True)
+    results = copy / RESULTS
+    eval_rows = rows(results / "data/arithmetic/test.jsonl")
+    known = {problem_key(row["problem"]) for row in eval_rows + rows(results / "data/arithmetic/train.jsonl")}
+    commuted = {}
+    for row in eval_rows:
+        match = re.match(r"^\s*(\d+)\s*\+\s*(\d+)\s*$", row["problem"])
+        if match and re.match(TWO_DIGIT_SUM, row["problem"]) and problem_key(f"{match[2]}+{match[1]}") not in known:
+            commuted[f"{match[2]}+{match[1]}"] = row["problem"]
+    commuted = dict(list(commuted.items())[:6])
+    writer_chunk = results / "generate/smollm2-writer/arithmetic/synth-round1-sources/rs0/chunk0-of-1.jsonl"
+    written = rows(writer_chunk)
+    injected = [{**written[0], "generation": f" {text}", "finish_reason": "stop"} for text in commuted]
+    writer_chunk.write_text("".join(json.dumps(row) + "\n" for row in injected + written))
+    config = yaml.safe_load(configfile.read_text())
+    config["judge"]["llm"] = {
+        "model": {"path": str(smollm2)},
+        "prompt": {"template": "judge-math", "chat_template": True},
+        "generation": {
+            "backend": "hf",
+            "device": "cpu",
+            "batch_size": 64,
+            "sampling": {"temperature": 0.0, "max_new_tokens": 40},
+        },
+    }
+    config["synthesis"]["decontamination"] = {
+        "llm_check": True,
+        "llm_prompt": {"template": "same-problem", "num_few_shot": 2, "chat_template": True},
+    }
+    check = results / "synthesis/round1/arithmetic/llm-check.json"
+    arguments = ["--cores", "2", str(check.relative_to(copy)), "--set-threads", "synthesis_llm_check=2"]
+    process = run_snakemake(copy, *arguments, configfile=write_config(copy / "llm-check.yaml", config))
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    assert job_counts(process.stdout + process.stderr) == {
+        "contamination_check_settings": 1,
+        "synthesis_problems": 1,
+        "synthesis_llm_check": 1,
+    }
+    candidates = rows(results / "synthesis/round1/arithmetic/candidates.jsonl")
+    checked = rows(results / "synthesis/round1/arithmetic/llm-check.jsonl")
+    assert [row["id"] for row in checked] == [row["id"] for row in candidates] and len(candidates) > 100
+    similar = {row["problem"]: row for row in checked}
+    for text, eval_problem in commuted.items():
+        assert similar[text]["similar_problem"] == eval_problem and similar[text]["word_overlap"] == 1.0, text
+    eval_problems = {row["problem"] for row in eval_rows}
+    assert all(row["similar_problem"] in eval_problems for row in checked), "every sum shares '+' with an eval sum"
+    judgements = [row["contamination_judgement"] for row in checked]
+    assert all(judgement.strip() and judgement != NO_SHARED_WORD_JUDGEMENT for judgement in judgements)
+    assert len(set(judgements)) > 1, "the model's own text, row by row"
+    kept = rows(results / "data/arithmetic/synth-round1-problems.jsonl")
+    assert kept == [row for row, verdict in zip(candidates, checked, strict=True) if not verdict["llm_contaminated"]]
+    stats = json.loads(check.read_text())
+    assert stats == {
+        "checked": len(checked),
+        "asked": len(checked),
+        "contaminated": len(checked) - len(kept),
+        "clean": len(kept),
+    }
+    log = (results / "logs/synthesis/round1/arithmetic/llm-check.log").read_text()
+    assert "<|im_start|>system" in log and "contamination check done" in log
