@@ -43,6 +43,9 @@ rule synthesis_problems:
 
 if PLAN.synthesis_llm_check():
 
+    localrules:
+        contamination_check_settings,
+
     rule contamination_check_settings:
         output:
             CONTAMINATION_CHECK_SETTINGS,

@@ -177,6 +177,22 @@ VARIANTS = {
 }
 
 
+def llm_contamination_check_on(config):
+    """An openai LLM judge that also checks synthesized problems for contamination."""
+    llm_judge_on("openai")(config)
+    config["synthesis"] = {
+        "writer": "student",
+        "label": {"solver": "student"},
+        "decontamination": {"llm_check": True},
+    }
+
+
+VARIANTS["llm-contamination-check"] = (
+    llm_contamination_check_on,
+    {"synthesis_llm_check": "generate-openai", "contamination_check_settings": "data", "synthesis_problems": "judge"},
+)
+
+
 def test_a_teachers_generate_jobs_use_its_backends_env(tmp_path):
     def mutate(config):
         config["teacher"] = {
@@ -216,7 +232,7 @@ SAFE_SHELL_FIELD = re.compile(
 JOB_PYTHON_COMMAND = '"$SNAKESKILLS_JOB_PYTHON" -m snakeskills.cli '
 
 
-@pytest.mark.parametrize("variant", ["default", "openai-judge"])
+@pytest.mark.parametrize("variant", ["default", "openai-judge", "llm-contamination-check"])
 def test_shell_commands_take_no_config_text(tmp_path, variant):
     """Config values (model names, paths, prompts) never reach a shell as text to be parsed.
 
