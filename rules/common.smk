@@ -177,6 +177,13 @@ def llm_judge_gpus(wildcards):
 LLM_JUDGE_ENV = PLAN.llm_judge_env()
 
 
+def contamination_check_gpus(wildcards):
+    return PLAN.contamination_check_gpus(gpus_available())
+
+
+CONTAMINATION_CHECK_ENV = PLAN.contamination_check_env()
+
+
 def sft_gpus(wildcards):
     return training_gpus(config, gpus_available())
 

@@ -50,7 +50,7 @@ if PLAN.synthesis_llm_check():
         output:
             CONTAMINATION_CHECK_SETTINGS,
         params:
-            llm=config["judge"]["llm"],
+            llm=PLAN.contamination_checker(),
             prompt=CONTAMINATION_PROMPT,
         log:
             LOGS / "settings/contamination_check.log",
@@ -59,8 +59,8 @@ if PLAN.synthesis_llm_check():
         script:
             "../scripts/write_settings.py"
 
-    # the LLM judge reads each problem the n-gram check kept beside its most similar eval problem (shell: as
-    # llm_judge, a model-loading job run by snakeskills.cli)
+    # the checker (judge.llm or the teacher) reads each problem the n-gram check kept beside its most similar eval
+    # problem (shell: as llm_judge, a model-loading job run by snakeskills.cli)
     rule synthesis_llm_check:
         input:
             settings=CONTAMINATION_CHECK_SETTINGS,
@@ -74,9 +74,9 @@ if PLAN.synthesis_llm_check():
             LOGS / "synthesis/round{round}/{benchmark}/llm-check.log",
         threads: 1
         resources:
-            gpu=llm_judge_gpus,
+            gpu=contamination_check_gpus,
         conda:
-            LLM_JUDGE_ENV
+            CONTAMINATION_CHECK_ENV
         shell:
             "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-contamination-check --settings {input.settings:q}"
             " --threads {threads} --gpus {resources.gpu} --candidates {input.candidates:q} --eval {input.eval:q}"

@@ -205,10 +205,12 @@ def _check_synthesis(config: dict) -> None:
             raise SnakeskillsError(
                 f"config key synthesis.filter.pattern: {pattern!r} is not a regular expression ({error})"
             ) from None
-    if synthesis["decontamination"]["llm_check"] and config["judge"]["llm"] is None:
+    checker = synthesis["decontamination"]["llm_check"]
+    section = {"judge": "judge.llm", "teacher": "teacher"}.get(checker)
+    if checker is not None and (config["judge"]["llm"] if checker == "judge" else config["teacher"]) is None:
         raise SnakeskillsError(
-            "config key synthesis.decontamination.llm_check asks the LLM judge whether a new problem is an eval "
-            "problem, but judge.llm is not set; set judge.llm (model, prompt, generation) or llm_check: false"
+            f"config key synthesis.decontamination.llm_check is {checker!r}, which asks {section} whether a new "
+            f"problem is an eval problem, but {section} is not set; set it, or llm_check: null"
         )
     for key in ("train_split", "eval_split"):
         if synthesis_split_part(config[key]) is not None:
@@ -767,8 +769,24 @@ class Plan:
         }
 
     def synthesis_llm_check(self) -> bool:
-        """Whether the LLM judge checks the new problems against their most similar eval problems."""
-        return self.synthesis is not None and self.synthesis["decontamination"]["llm_check"]
+        """Whether a model checks the new problems against their most similar eval problems."""
+        return self.synthesis is not None and self.synthesis["decontamination"]["llm_check"] is not None
+
+    def contamination_checker(self) -> dict | None:
+        """The model and generation section (judge.llm's or the teacher's) of the LLM contamination check."""
+        if not self.synthesis_llm_check():
+            return None
+        checker = self.synthesis["decontamination"]["llm_check"]
+        section = self.config["judge"]["llm"] if checker == "judge" else self.config["teacher"]
+        return {"model": section["model"], "generation": section["generation"]}
+
+    def contamination_check_gpus(self, gpus_available: bool) -> int:
+        generation = self.contamination_checker()["generation"]
+        return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def contamination_check_env(self) -> str:
+        checker = self.contamination_checker()
+        return backend_spec(checker["generation"] if checker else self.config["generation"]).conda_env
 
     def synthesis_filtered(self) -> str:
         """What the parse, filter and n-gram step writes: the problems the solver answers, or, with the LLM check,

@@ -183,7 +183,7 @@ def llm_contamination_check_on(config):
     config["synthesis"] = {
         "writer": "student",
         "label": {"solver": "student"},
-        "decontamination": {"llm_check": True},
+        "decontamination": {"llm_check": "judge"},
     }
 
 

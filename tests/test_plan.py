@@ -501,9 +501,17 @@ OWN_WRITER = {
             "config key synthesis.sampling replaces a teacher or student writer's sampling",
         ),
         (
+            with_synthesis(writer="student", label={"solver": "student"}, decontamination={"llm_check": "judge"}),
+            "config key synthesis.decontamination.llm_check is 'judge', which asks judge.llm whether a new problem "
+            "is an eval problem, but judge.llm is not set",
+        ),
+        (
+            with_synthesis(writer="student", label={"solver": "student"}, decontamination={"llm_check": "teacher"}),
+            "config key synthesis.decontamination.llm_check is 'teacher', which asks teacher whether",
+        ),
+        (
             with_synthesis(writer="student", label={"solver": "student"}, decontamination={"llm_check": True}),
-            "config key synthesis.decontamination.llm_check asks the LLM judge whether a new problem is an eval "
-            "problem, but judge.llm is not set",
+            "config key synthesis.decontamination.llm_check",
         ),
         (
             lambda config: (
@@ -568,7 +576,7 @@ def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver
     assert plan.synthesis_stats_files()["llm_check"] == []
 
     def with_llm_check(config):
-        with_synthesis(**student, decontamination={"llm_check": True})(config)
+        with_synthesis(**student, decontamination={"llm_check": "judge"})(config)
         config["judge"]["llm"] = {
             "generation": {
                 "backend": "openai",
@@ -586,6 +594,10 @@ def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver
     ]
     prompt = plan.config["synthesis"]["decontamination"]["llm_prompt"]
     assert prompt["template"] == "same-problem" and not prompt["chat_template"]
+    assert plan.contamination_checker()["generation"]["openai"]["model"] == "j"
+    assert plan.contamination_check_env() == "../envs/generate-openai.yaml" and plan.contamination_check_gpus(True) == 0
+    plan = plan_of(with_synthesis(teacher=True, **student, decontamination={"llm_check": "teacher"}))
+    assert plan.contamination_checker() == {k: plan.config["teacher"][k] for k in ("model", "generation")}
 
 
 def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():

@@ -241,7 +241,7 @@ def test_the_llm_contamination_check_added_to_a_finished_run(synthesis_run, smol
         },
     }
     config["synthesis"]["decontamination"] = {
-        "llm_check": True,
+        "llm_check": "judge",
         "llm_prompt": {"template": "same-problem", "num_few_shot": 2, "chat_template": True},
     }
     check = results / "synthesis/round1/arithmetic/llm-check.json"
