@@ -40,6 +40,10 @@ def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, ex
     jobs = planned_jobs(tmp_path, example)
     assert planned_benchmarks(jobs) == set(config["benchmarks"])
     assert "build_tiny_model" not in {job["rule"] for job in jobs}
+    synthesis = config.get("synthesis") or {}
+    if synthesis.get("decontamination", {}).get("llm_check"):
+        checks = [job for job in jobs if job["rule"] == "synthesis_llm_check"]
+        assert len(checks) == config["rounds"] * len(config["train_benchmarks"])
 
     settings_files = [
         f"results/{config['experiment']}/settings/generate/{config['model']['name']}/{benchmark}/{config['eval_split']}.json"
