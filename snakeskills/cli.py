@@ -100,50 +100,47 @@ def run_judge(arguments: argparse.Namespace) -> None:
         logger.info("judged %d rows", rows)
 
 
-def run_llm_judge(arguments: argparse.Namespace) -> None:
+def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object]:
+    """The settings of a job that asks a judging model (the LLM judge, the contamination checker: ``llm`` and
+    ``prompt``), its backend on the job's GPUs, and its sampling."""
     from snakeskills.backends import backend_from_config, sampling_from_config
+
+    settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
+    llm = settings["llm"]
+    claim_gpus_for(llm["generation"], arguments.gpus)
+    backend = backend_from_config(
+        llm["generation"],
+        llm["model"],
+        model_path=llm["model"]["path"],
+        adapter_path=None,
+        threads=arguments.threads,
+        chat_template=settings["prompt"]["chat_template"],
+    )
+    return settings, backend, sampling_from_config(llm["generation"]["sampling"], settings["prompt"])
+
+
+def run_llm_judge(arguments: argparse.Namespace) -> None:
     from snakeskills.llm_judge import llm_judge_chunk
 
     with script_logging(arguments.log) as logger:
-        settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
-        llm = settings["llm"]
-        claim_gpus_for(llm["generation"], arguments.gpus)
-        backend = backend_from_config(
-            llm["generation"],
-            llm["model"],
-            model_path=llm["model"]["path"],
-            adapter_path=None,
-            threads=arguments.threads,
-            chat_template=settings["prompt"]["chat_template"],
-        )
+        settings, backend, sampling = judging_model(arguments)
         counts = llm_judge_chunk(
             backend=backend,
             judged_path=arguments.input,
             output_path=arguments.output,
             prompt=settings["prompt"],
-            sampling=sampling_from_config(llm["generation"]["sampling"], settings["prompt"]),
-            rows_per_flush=llm["generation"]["rows_per_flush"],
+            sampling=sampling,
+            rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
         )
         logger.info("llm judge done: %s", counts)
 
 
 def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
-    from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.synthesis import llm_contamination_check
 
     with script_logging(arguments.log) as logger:
-        settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
-        llm = settings["llm"]
-        claim_gpus_for(llm["generation"], arguments.gpus)
-        backend = backend_from_config(
-            llm["generation"],
-            llm["model"],
-            model_path=llm["model"]["path"],
-            adapter_path=None,
-            threads=arguments.threads,
-            chat_template=settings["prompt"]["chat_template"],
-        )
+        settings, backend, sampling = judging_model(arguments)
         counts = llm_contamination_check(
             backend=backend,
             candidates_path=arguments.candidates,
@@ -152,8 +149,8 @@ def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
             checked_path=arguments.checked,
             stats_path=arguments.stats,
             prompt=settings["prompt"],
-            sampling=sampling_from_config(llm["generation"]["sampling"], settings["prompt"]),
-            rows_per_flush=llm["generation"]["rows_per_flush"],
+            sampling=sampling,
+            rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
         )
         logger.info("contamination check done: %s", counts)

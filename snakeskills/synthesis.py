@@ -304,18 +304,18 @@ def llm_contamination_check(
         {"prompt": prompt, "sampling": dataclasses.asdict(sampling)},
     )
     progress = Progress(len(rows), label=f"contamination check {Path(checked_path).name}")
-    logged: list[bool] = []  # the first request's model input goes to the log once
+
+    def request_for(row: dict):
+        return build_request(backend, prompt, row, row_seed(row["random_seed"], f"same\x00{row['id']}"))
+
+    first_asked = next((row for row in rows if row["similar_problem"] is not None), None)
+    if first_asked is not None:
+        log_model_input(request_for(first_asked), backend)
 
     def check_batch(batch: list[dict]) -> list[dict]:
         judgements = [None if row["similar_problem"] is not None else NO_SHARED_WORD_JUDGEMENT for row in batch]
         to_ask = [position for position, judgement in enumerate(judgements) if judgement is None]
-        asked = [batch[position] for position in to_ask]
-        requests = [
-            build_request(backend, prompt, row, row_seed(row["random_seed"], f"same\x00{row['id']}")) for row in asked
-        ]
-        if requests and not logged:
-            log_model_input(requests[0], backend)
-            logged.append(True)
+        requests = [request_for(batch[position]) for position in to_ask]
         progress.advance(len(batch) - len(to_ask))
         results = generate_with_progress(backend, requests, sampling, progress) if requests else []
         for position, result in zip(to_ask, results, strict=True):
