@@ -15,7 +15,8 @@ python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'ben
 export PYTHONUNBUFFERED=1
 status=0
 # --confcutdir: the GPU suite needs none of the CPU suite's fixtures (nor snakemake)
-python3 -m pytest tests/gpu --confcutdir=tests/gpu -p no:cacheprovider -q -rs || status=$?
+# -o addopts=: one process, as the GPU tests time and share one GPU (and without pytest-xdist installed)
+python3 -m pytest tests/gpu -o addopts= --confcutdir=tests/gpu -p no:cacheprovider -q -rs || status=$?
 python3 bench/generation.py --workload random --compile --repeats 2 || status=$?
 if python3 -c "from snakeskills.pretrained import packaged_model_folder as f; f('smollm2-135m-instruct')" 2>/dev/null; then
     python3 bench/generation.py --workload smollm2 --compile --repeats 2 || status=$?
