@@ -54,7 +54,7 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
 
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.backends import backend_from_config, sampling_from_config
-    from snakeskills.generate import generate_chunk
+    from snakeskills.generate import generate_chunk, reasoning_settings
     from snakeskills.plan import synthesis_split_part
 
     with script_logging(arguments.log) as logger:
@@ -80,6 +80,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             sampling=sampling_from_config(generation["sampling"], settings["prompt"]),
             rows_per_flush=generation["rows_per_flush"],
             fingerprint_files=[arguments.settings],
+            reasoning=reasoning_settings(generation),
             allow_empty_chunk=synthesis_split_part(arguments.wildcards["split"]) is not None,
         )
         logger.info("generate done: %s", counts)
@@ -120,6 +121,7 @@ def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object]:
 
 
 def run_llm_judge(arguments: argparse.Namespace) -> None:
+    from snakeskills.generate import reasoning_settings
     from snakeskills.llm_judge import llm_judge_chunk
 
     with script_logging(arguments.log) as logger:
@@ -132,11 +134,13 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
             sampling=sampling,
             rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
+            reasoning=reasoning_settings(settings["llm"]["generation"]),
         )
         logger.info("llm judge done: %s", counts)
 
 
 def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
+    from snakeskills.generate import reasoning_settings
     from snakeskills.synthesis import llm_contamination_check
 
     with script_logging(arguments.log) as logger:
@@ -152,6 +156,7 @@ def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
             sampling=sampling,
             rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
+            reasoning=reasoning_settings(settings["llm"]["generation"]),
         )
         logger.info("contamination check done: %s", counts)
 

@@ -44,18 +44,83 @@ def row_seed(random_seed: int, record_id: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def generated_record(record: dict, result, random_seed: int) -> dict:
-    """NeMo-Skills' generation fields added to the input record (``error`` only for a soft failure)."""
+def reasoning_settings(generation: dict) -> dict:
+    """The part of a model's ``generation`` settings that decides how its texts become record fields."""
+    return {key: generation[key] for key in ("parse_reasoning", "end_reasoning_string")}
+
+
+def text_fields(text: str, key: str, reasoning: dict) -> dict:
+    """A model's text as record fields under the model's ``generation`` settings (``parse_reasoning``,
+    ``end_reasoning_string``), as NeMo-Skills' parse_reasoning writes them.
+
+    Off: ``{key: text}``. On: ``key`` gets what follows the last end string, stripped (the answer, what is
+    judged), ``_full_{key}`` the whole text (what SFT trains on) and ``_{key}_finished_thinking`` whether the
+    end string occurs; a text that never ends its thinking (cut by max_new_tokens, say) answers nothing: ``""``.
+    """
+    if not reasoning["parse_reasoning"]:
+        return {key: text}
+    thinking, end, answer = text.rpartition(reasoning["end_reasoning_string"])
+    return {key: answer.strip() if end else "", f"_full_{key}": text, f"_{key}_finished_thinking": bool(end)}
+
+
+def generated_record(record: dict, result, random_seed: int, reasoning: dict) -> dict:
+    """NeMo-Skills' generation fields added to the input record (``error`` only for a soft failure;
+    ``reasoning_content`` where an OpenAI-compatible server split the model's reasoning off; the reasoning
+    fields of ``text_fields`` with ``parse_reasoning``)."""
     generated = {
         **record,
-        "generation": result.generation,
+        **text_fields(result.generation, "generation", reasoning),
         "num_generated_tokens": result.num_generated_tokens,
         "finish_reason": result.finish_reason,
         "random_seed": random_seed,
     }
+    if result.reasoning_content is not None:
+        generated["reasoning_content"] = result.reasoning_content
     if result.error is not None:
         generated["error"] = result.error
     return generated
+
+
+class ReasoningReport:
+    """What a job's log says about thinking: with ``parse_reasoning``, how many texts ended their thinking (a job
+    where none did has the wrong end string, or a model that does not think); without it, a warning the first
+    time a text holds the end string, the mark of a reasoning model whose thinking would then be judged."""
+
+    def __init__(self, key: str, reasoning: dict, where: str):
+        self.key, self.reasoning, self.where = key, reasoning, where
+        self.texts = self.finished = 0
+        self.warned = False
+
+    def add(self, rows: list[dict]) -> None:
+        end = self.reasoning["end_reasoning_string"]
+        if self.reasoning["parse_reasoning"]:
+            self.texts += len(rows)
+            self.finished += sum(row[f"_{self.key}_finished_thinking"] for row in rows)
+        elif not self.warned and any(end in row[self.key] for row in rows):
+            self.warned = True
+            logger.warning(
+                "%s: a %s holds %r, the end of a reasoning model's thinking, but parse_reasoning is off in this "
+                "model's generation settings: its thinking is judged with its answer; set parse_reasoning: true",
+                self.where,
+                self.key,
+                end,
+            )
+
+    def log(self) -> None:
+        if not self.reasoning["parse_reasoning"] or self.texts == 0:
+            return
+        end = self.reasoning["end_reasoning_string"]
+        log = logger.warning if self.finished == 0 else logger.info
+        log(
+            "%s: %d of %d texts ended their thinking with %r; the other %d answer nothing (empty %s)%s",
+            self.where,
+            self.finished,
+            self.texts,
+            end,
+            self.texts - self.finished,
+            self.key,
+            "" if self.finished else ": is end_reasoning_string right, and is this a reasoning model?",
+        )
 
 
 def log_model_input(request, backend) -> None:
@@ -83,9 +148,12 @@ def generate_chunk(
     sampling: SamplingParams,
     rows_per_flush: int,
     fingerprint_files: list[str | Path],
+    reasoning: dict,
     allow_empty_chunk: bool = False,
 ) -> dict:
     """Generate the chunk, resuming from the progress file if one exists; returns counts.
+
+    ``reasoning`` (``reasoning_settings``): how the model's texts become the records' fields (``text_fields``).
 
     ``fingerprint_files`` are the files, besides the prepared split, whose identity decides the
     generations (the model): the workflow passes the job's settings file, rewritten whenever the
@@ -99,12 +167,14 @@ def generate_chunk(
             "random_seed": random_seed,
             "prompt": prompt_config,
             "sampling": dataclasses.asdict(sampling),
+            "reasoning": reasoning,
         },
     )
     records = read_jsonl(prepared_path)
     start, end = chunk_bounds(len(records), chunk_index, num_chunks, allow_empty=allow_empty_chunk)
     first_batch = True
     progress = Progress(end - start, label=f"generate {Path(output_path).name}")
+    report = ReasoningReport("generation", reasoning, f"generate {Path(output_path).name}")
 
     def generate_batch(batch: list[dict]) -> list[dict]:
         nonlocal first_batch
@@ -115,7 +185,12 @@ def generate_chunk(
             log_model_input(requests[0], backend)
             first_batch = False
         results = generate_with_progress(backend, requests, sampling, progress)
-        return [generated_record(record, result, random_seed) for record, result in zip(batch, results, strict=True)]
+        rows = [
+            generated_record(record, result, random_seed, reasoning)
+            for record, result in zip(batch, results, strict=True)
+        ]
+        report.add(rows)
+        return rows
 
     counts = process_resumable(
         records[start:end],
@@ -125,4 +200,5 @@ def generate_chunk(
         job_fingerprint=job_fingerprint,
         progress=progress,
     )
+    report.log()
     return {"rows": counts["rows"], "resumed_rows": counts["resumed_rows"], "generated_rows": counts["processed_rows"]}

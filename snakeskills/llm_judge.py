@@ -16,7 +16,7 @@ from pathlib import Path
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
-from snakeskills.generate import row_seed
+from snakeskills.generate import ReasoningReport, row_seed, text_fields
 from snakeskills.io import fingerprint, read_jsonl
 from snakeskills.progress import Progress, generate_with_progress
 from snakeskills.resumable import process_resumable
@@ -55,14 +55,18 @@ def llm_judge_chunk(
     sampling: SamplingParams,
     rows_per_flush: int,
     fingerprint_files: list[str | Path],
+    reasoning: dict,
 ) -> dict:
     """Judge every row of a rule-based-judged chunk; returns counts (rows, model calls, skipped).
 
     ``fingerprint_files``: the files, besides the judged chunk, whose identity decides the judgements
     (the workflow passes its LLM judge settings file); progress written under others is not resumed.
+    ``reasoning``: the judge's parse_reasoning settings; a reasoning judge's verdict is read from the text after
+    its thinking (``judgement``; ``_full_judgement`` keeps the whole text).
     """
     job_fingerprint = fingerprint(
-        [judged_path, *fingerprint_files], {"prompt": prompt, "sampling": dataclasses.asdict(sampling)}
+        [judged_path, *fingerprint_files],
+        {"prompt": prompt, "sampling": dataclasses.asdict(sampling), "reasoning": reasoning},
     )
     rows = read_jsonl(judged_path)
     for line_number, row in enumerate(rows, start=1):
@@ -71,6 +75,7 @@ def llm_judge_chunk(
                 raise SnakeskillsError(f"{judged_path}:{line_number}: judged row lacks field {field!r}")
     calls = {"model": 0, "skipped": 0}
     progress = Progress(len(rows), label=f"llm judge {Path(output_path).name}")
+    report = ReasoningReport("judgement", reasoning, f"llm judge {Path(output_path).name}")
 
     def judge_batch(batch: list[dict]) -> list[dict]:
         judgements = [certain_judgement(row) for row in batch]
@@ -86,14 +91,18 @@ def llm_judge_chunk(
         ]
         progress.advance(len(batch) - len(to_ask))  # verdicts certain without the model
         results = generate_with_progress(backend, requests, sampling, progress) if requests else []
-        for index, result in zip(to_ask, results, strict=True):
-            judgements[index] = result.generation
+        asked = {
+            index: text_fields(result.generation, "judgement", reasoning)
+            for index, result in zip(to_ask, results, strict=True)
+        }
+        report.add(list(asked.values()))
         calls["model"] += len(to_ask)
         calls["skipped"] += len(batch) - len(to_ask)
-        return [
-            {**row, "judgement": judgement, "judge_correct": parse_judgement(judgement)}
-            for row, judgement in zip(batch, judgements, strict=True)
-        ]
+        judged = []
+        for index, row in enumerate(batch):
+            fields = asked[index] if index in asked else {"judgement": judgements[index]}
+            judged.append({**row, **fields, "judge_correct": parse_judgement(fields["judgement"])})
+        return judged
 
     counts = process_resumable(
         rows,
@@ -103,6 +112,7 @@ def llm_judge_chunk(
         job_fingerprint=job_fingerprint,
         progress=progress,
     )
+    report.log()
     counts.update(model_calls=calls["model"], skipped_calls=calls["skipped"])
     logger.info("llm judge: %s", counts)
     return counts

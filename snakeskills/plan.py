@@ -153,6 +153,7 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
             ) from None
     for key, section in generation_sections(config).items():
         backend_spec(section).check(section, key)
+        _check_reasoning(section, key)
     _check_student_backend(config)
     _check_sft(config, gpus_available)
     if config["teacher"] is not None:
@@ -164,6 +165,20 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
             )
     if config["synthesis"] is not None:
         _check_synthesis(config)
+
+
+def _check_reasoning(generation: dict, key: str) -> None:
+    """A stop string that cuts a reasoning model's text at (or before) the end of its thinking would leave every
+    generation without an answer."""
+    if not generation["parse_reasoning"]:
+        return
+    end = generation["end_reasoning_string"]
+    for stop in generation["sampling"]["stop"]:
+        if stop in end or end in stop:
+            raise SnakeskillsError(
+                f"config key {key}.sampling.stop has {stop!r}, which cuts the text where {key}.end_reasoning_string "
+                f"{end!r} ends the thinking, so no answer would follow; drop it from stop"
+            )
 
 
 def _check_synthesis(config: dict) -> None:

@@ -41,6 +41,13 @@ def is_correct(row: dict, score: str, where: str) -> bool:
     return all(verdicts)
 
 
+def trained_text(row: dict) -> str:
+    """The text a generation teaches: the whole text where a reasoning model's thinking was split off
+    (``_full_generation``, parse_reasoning), so the student learns to think as well as to answer; else
+    ``generation``."""
+    return row["_full_generation"] if "_full_generation" in row else row["generation"]
+
+
 def select_sft_records(
     judged_paths: list[str | Path], sources: list[str], prompt_config: dict, filters: dict
 ) -> tuple[list[dict], dict]:
@@ -71,7 +78,8 @@ def select_sft_records(
             if limit is not None and row["num_generated_tokens"] > limit:
                 counts["too_long"] += 1
                 continue
-            key = (row["problem"], row["generation"])
+            text = trained_text(row)
+            key = (row["problem"], text)
             if filters["dedup"] and key in seen:
                 counts["duplicate"] += 1
                 continue
@@ -81,7 +89,7 @@ def select_sft_records(
                 continue
             seen.add(key)
             kept_per_problem[row["id"]] = kept_per_problem.get(row["id"], 0) + 1
-            messages = build_messages(prompt_config, row) + [{"role": "assistant", "content": row["generation"]}]
+            messages = build_messages(prompt_config, row) + [{"role": "assistant", "content": text}]
             records.append(
                 {
                     "id": row["id"],

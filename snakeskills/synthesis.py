@@ -262,6 +262,7 @@ def llm_contamination_check(
     sampling,
     rows_per_flush: int,
     fingerprint_files: list[str | Path],
+    reasoning: dict,
 ) -> dict:
     """NeMo-Skills' contamination check: the LLM judge reads each candidate (a problem the n-gram check kept) beside
     the eval problem most similar to it and says whether they are the same problem; a Yes removes it.
@@ -273,11 +274,12 @@ def llm_contamination_check(
     ``contamination_judgement`` (the judge's text) and ``llm_contaminated``; it is written resumably (progress
     file, one seed per row), so a killed job goes on where it stopped. ``problems_path`` gets the candidates
     not judged the same, unchanged. ``fingerprint_files``: files besides the inputs whose identity decides the
-    verdicts (the workflow passes its settings file)."""
+    verdicts (the workflow passes its settings file). ``reasoning``: the judge's parse_reasoning settings (a
+    reasoning judge's verdict is read after its thinking; ``_full_contamination_judgement`` keeps the whole)."""
     import dataclasses
 
     from snakeskills.backends import build_request
-    from snakeskills.generate import log_model_input, row_seed
+    from snakeskills.generate import ReasoningReport, log_model_input, row_seed, text_fields
     from snakeskills.io import fingerprint
     from snakeskills.llm_judge import parse_judgement
     from snakeskills.progress import Progress, generate_with_progress
@@ -301,9 +303,10 @@ def llm_contamination_check(
         )
     job_fingerprint = fingerprint(
         [candidates_path, *eval_paths, *fingerprint_files],
-        {"prompt": prompt, "sampling": dataclasses.asdict(sampling)},
+        {"prompt": prompt, "sampling": dataclasses.asdict(sampling), "reasoning": reasoning},
     )
     progress = Progress(len(rows), label=f"contamination check {Path(checked_path).name}")
+    report = ReasoningReport("contamination_judgement", reasoning, f"contamination check {Path(checked_path).name}")
 
     def request_for(row: dict):
         return build_request(backend, prompt, row, row_seed(row["random_seed"], f"same\x00{row['id']}"))
@@ -318,12 +321,17 @@ def llm_contamination_check(
         requests = [request_for(batch[position]) for position in to_ask]
         progress.advance(len(batch) - len(to_ask))
         results = generate_with_progress(backend, requests, sampling, progress) if requests else []
-        for position, result in zip(to_ask, results, strict=True):
-            judgements[position] = result.generation
-        return [
-            {**row, "contamination_judgement": judgement, "llm_contaminated": parse_judgement(judgement)}
-            for row, judgement in zip(batch, judgements, strict=True)
-        ]
+        key = "contamination_judgement"
+        asked = {
+            position: text_fields(result.generation, key, reasoning)
+            for position, result in zip(to_ask, results, strict=True)
+        }
+        report.add(list(asked.values()))
+        checked = []
+        for position, row in enumerate(batch):
+            fields = asked[position] if position in asked else {key: judgements[position]}
+            checked.append({**row, **fields, "llm_contaminated": parse_judgement(fields[key])})
+        return checked
 
     process_resumable(
         rows,
@@ -333,6 +341,7 @@ def llm_contamination_check(
         job_fingerprint=job_fingerprint,
         progress=progress,
     )
+    report.log()
     checked = read_jsonl(checked_path)
     kept = [candidate for candidate, row in zip(candidates, checked, strict=True) if not row["llm_contaminated"]]
     counts = {

@@ -45,6 +45,7 @@ def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=S
         sampling=sampling,
         rows_per_flush=10,
         fingerprint_files=list(fingerprint_files),
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 

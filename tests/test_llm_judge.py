@@ -94,6 +94,7 @@ def _judge(backend, judged_chunk, output):
         sampling=SAMPLING,
         rows_per_flush=6,
         fingerprint_files=[],
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 

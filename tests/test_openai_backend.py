@@ -53,6 +53,7 @@ def _generate(backend, prepared, output, rows_per_flush=4):
         sampling=SAMPLING,
         rows_per_flush=rows_per_flush,
         fingerprint_files=[],
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 
@@ -209,6 +210,7 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
         sampling=SAMPLING,
         rows_per_flush=4,
         fingerprint_files=[],
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
     assert counts["model_calls"] == 3 and counts["skipped_calls"] == 6
     out = read_jsonl(tmp_path / "out.jsonl")

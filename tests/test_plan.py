@@ -59,6 +59,13 @@ def with_teacher(**settings):
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
+        (
+            lambda config: config["generation"].update(
+                parse_reasoning=True, sampling={"max_new_tokens": 8, "stop": ["</think>"]}
+            ),
+            "config key generation.sampling.stop has '</think>', which cuts the text where "
+            "generation.end_reasoning_string '</think>' ends the thinking",
+        ),
         (lambda config: config["judge"].update(regex="(\\d+"), "config key judge.regex: '(\\\\d+' does not compile"),
         (lambda config: config.update(eval_split="train"), "config keys eval_split and train_split are both 'train'"),
         (
@@ -138,6 +145,7 @@ def with_teacher(**settings):
         ),
     ],
     ids=[
+        "reasoning-cut-by-stop",
         "judge-regex",
         "eval-is-train",
         "lora-rank-over-vllm-max",

@@ -235,6 +235,7 @@ def _check(backend, folder, name):
         sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
         rows_per_flush=2,
         fingerprint_files=[],
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 

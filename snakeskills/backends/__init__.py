@@ -38,6 +38,8 @@ class GenerationResult:
     num_generated_tokens: int
     finish_reason: str  # "stop" (EOS or a stop string), "length", or "error" (a soft failure)
     error: str | None = None  # why a soft failure produced no generation (e.g. the prompt is too long)
+    # the reasoning an OpenAI-compatible server split off the text (a reasoning parser: message.reasoning_content)
+    reasoning_content: str | None = None
 
 
 def build_backend(name: str, **options):

@@ -30,6 +30,16 @@ def is_context_length_error(error: Exception) -> bool:
     return any(marker in text for marker in CONTEXT_LENGTH_MARKERS)
 
 
+def split_off_reasoning(message) -> str | None:
+    """The reasoning a server's reasoning parser returned beside a chat answer: ``reasoning_content`` (vLLM,
+    SGLang, DeepSeek's API) or ``reasoning`` (newer vLLM, OpenRouter); None when the text came back whole."""
+    for field in ("reasoning_content", "reasoning"):
+        value = getattr(message, field, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 class OpenAIBackend:
     name = "openai"
 
@@ -68,6 +78,7 @@ class OpenAIBackend:
         self.base_url = base_url
         self.model = model
         self.api = api
+        self.warned_reasoning = False
         # chat: the server applies its chat template; completions: our rendered text, which the server tokenizes
         self.takes = "messages" if api == "chat" else "text"
         self.max_concurrency = max_concurrency
@@ -155,10 +166,21 @@ class OpenAIBackend:
             options["stop"] = list(sampling.stop)
         if sampling.top_k > 0:
             options["extra_body"] = {"top_k": sampling.top_k}
+        reasoning = None
         if self.api == "chat":
             response = await client.chat.completions.create(messages=list(request.messages), **options)
             choice = response.choices[0]
             text = choice.message.content or ""
+            reasoning = split_off_reasoning(choice.message)
+            if reasoning is not None and not self.warned_reasoning:
+                self.warned_reasoning = True
+                logger.warning(
+                    "%s returns the model's reasoning apart from its answer (a reasoning parser): the reasoning is "
+                    "kept as reasoning_content and `generation` is the answer alone, which is also what SFT trains "
+                    "on; to keep the whole text (and train on the thinking), serve the model without a reasoning "
+                    "parser and set parse_reasoning: true in its generation settings",
+                    self.base_url,
+                )
         else:
             response = await client.completions.create(prompt=request.prompt, **options)
             choice = response.choices[0]
@@ -168,4 +190,5 @@ class OpenAIBackend:
             generation=text,
             num_generated_tokens=tokens,
             finish_reason="length" if choice.finish_reason == "length" else "stop",
+            reasoning_content=reasoning,
         )

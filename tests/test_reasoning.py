@@ -1,0 +1,154 @@
+"""Reasoning models (generation.parse_reasoning): the answer is read after the thinking, SFT trains on the whole text.
+
+Fast tests: the fields a text becomes (NeMo-Skills' parse_reasoning), what the job log says, the SFT text, a
+judge's verdict read after its thinking, the reasoning an OpenAI-compatible server returns apart (on the openai
+package's own message type). Slow test: the tiny default bootstrapped to think before it answers
+(``<think>46</think>\\boxed{46}``) through the whole loop, generation to the tuned model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from conftest import run_snakemake, shrunk_default_config, write_config
+
+from snakeskills.generate import ReasoningReport, text_fields
+from snakeskills.io import read_jsonl, write_jsonl
+from snakeskills.llm_judge import parse_judgement
+from snakeskills.sft import select_sft_records
+
+PARSE = {"parse_reasoning": True, "end_reasoning_string": "</think>"}
+KEEP = {"parse_reasoning": False, "end_reasoning_string": "</think>"}
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "finished"),
+    [
+        ("<think>2+2 is 4</think>\n\nThe answer is \\boxed{4}.", "The answer is \\boxed{4}.", True),
+        ("Okay, 2+2... </think>\\boxed{4}", "\\boxed{4}", True),  # an R1-style template opened the thinking
+        ("<think>maybe \\boxed{5}?</think> wait </think> \\boxed{4} ", "\\boxed{4}", True),  # after the last end
+        ("<think>2+2 is \\boxed{5}, let me check", "", False),  # cut by max_new_tokens: no answer
+        ("", "", False),  # a soft failure
+    ],
+)
+def test_text_fields_split_the_answer_from_the_thinking(text, answer, finished):
+    assert text_fields(text, "generation", PARSE) == {
+        "generation": answer,
+        "_full_generation": text,
+        "_generation_finished_thinking": finished,
+    }
+    assert text_fields(text, "generation", KEEP) == {"generation": text}
+    custom = {"parse_reasoning": True, "end_reasoning_string": "<|end_of_thought|>"}
+    assert text_fields("a<|end_of_thought|> b", "judgement", custom)["judgement"] == "b"
+
+
+def test_a_judge_that_never_ends_its_thinking_gives_no_verdict():
+    """A verdict the judge only considered while thinking is not its verdict."""
+    text = "<think>The answers differ... Judgement: Yes? No, let me recompute"
+    assert parse_judgement(text) is True
+    assert parse_judgement(text_fields(text, "judgement", PARSE)["judgement"]) is False
+    done = text + " 1/2 = 0.5.</think>Judgement: Yes"
+    assert parse_judgement(text_fields(done, "judgement", PARSE)["judgement"]) is True
+
+
+def test_the_log_counts_finished_thinking_and_warns_where_parsing_is_off(caplog):
+    caplog.set_level(logging.INFO, logger="snakeskills.generate")
+    report = ReasoningReport("generation", PARSE, "generate chunk0-of-1.jsonl")
+    report.add([text_fields(text, "generation", PARSE) for text in ("<think>a</think>1", "<think>b", "</think>2")])
+    report.log()
+    assert "generate chunk0-of-1.jsonl: 2 of 3 texts ended their thinking with '</think>'; the other 1" in caplog.text
+    caplog.clear()
+    report = ReasoningReport("generation", PARSE, "job")
+    report.add([text_fields("no thinking here", "generation", PARSE)])
+    report.log()
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "is end_reasoning_string right" in record.message
+    caplog.clear()
+    report = ReasoningReport("generation", KEEP, "job")
+    report.add([{"generation": "plain"}])
+    assert not caplog.records
+    report.add([{"generation": "<think>x</think>1"}, {"generation": "<think>y</think>2"}])
+    report.log()
+    (record,) = caplog.records  # once per job
+    assert record.levelname == "WARNING" and "set parse_reasoning: true" in record.message
+
+
+def test_sft_trains_on_the_whole_text_of_a_reasoning_model(tmp_path):
+    judged = tmp_path / "judged.jsonl"
+    rows = [
+        {"id": "p0", "problem": "1+1", "expected_answer": "2", "symbolic_correct": True, "finish_reason": "stop"},
+        {"id": "p1", "problem": "1+2", "expected_answer": "3", "symbolic_correct": True, "finish_reason": "stop"},
+    ]
+    rows[0].update(text_fields("<think>1+1</think>\\boxed{2}", "generation", PARSE), num_generated_tokens=9)
+    rows[1].update(generation="\\boxed{3}", num_generated_tokens=4)  # a model that does not think
+    write_jsonl(judged, rows)
+    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
+    filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
+    filters.update(dedup=True, max_per_problem=None)
+    records, counts = select_sft_records([judged], ["base"], prompt, filters)
+    assert [record["messages"][-1]["content"] for record in records] == ["<think>1+1</think>\\boxed{2}", "\\boxed{3}"]
+    assert counts["kept"] == 2
+
+
+def test_reasoning_a_server_returns_apart_is_kept():
+    """vLLM with --reasoning-parser (and DeepSeek's API) return ``reasoning_content`` beside ``content``."""
+    from openai.types.chat import ChatCompletionMessage
+
+    from snakeskills.backends.openai import split_off_reasoning
+
+    split = ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": "\\boxed{4}", "reasoning_content": "2+2 is 4"}
+    )
+    assert split_off_reasoning(split) == "2+2 is 4"
+    newer = ChatCompletionMessage.model_validate({"role": "assistant", "content": "4", "reasoning": "so 4"})
+    assert split_off_reasoning(newer) == "so 4"
+    whole = ChatCompletionMessage.model_validate({"role": "assistant", "content": "<think>x</think>4"})
+    assert split_off_reasoning(whole) is None
+
+
+# ---------------------------------------------------------------- a tiny model that thinks, through the whole loop
+
+
+@pytest.fixture(scope="module")
+def thinking_run(tmp_path_factory):
+    """The tiny default bootstrapped on ``<think>{answer}</think>\\boxed{answer}``: it thinks (finds the sum)
+    before it answers (restates it), as a reasoning model does; generated with parse_reasoning, tuned one round."""
+    workdir = tmp_path_factory.mktemp("thinking")
+    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
+    config["experiment"] = "thinking"
+    config["tiny_model"]["completion"] = "<think>{expected_answer}</think>\\boxed{{{expected_answer}}}"
+    config["tiny_model"]["training"]["max_length"] = 48
+    config["generation"]["parse_reasoning"] = True
+    config["generation"]["sampling"]["max_new_tokens"] = 32
+    configfile = write_config(workdir / "thinking.yaml", config)
+    process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    return workdir / "results" / "thinking"
+
+
+def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text(thinking_run):
+    generated = read_jsonl(thinking_run / "judge/base/arithmetic/test/output-rs0.jsonl")
+    finished = [row for row in generated if row["_generation_finished_thinking"]]
+    assert len(finished) > 0.8 * len(generated)
+    for row in generated:
+        thinking, end, answer = row["_full_generation"].rpartition("</think>")
+        assert row["generation"] == (answer.strip() if end else "")
+        assert "</think>" not in row["generation"]
+        if not end:
+            assert row["predicted_answer"] is None and not row["symbolic_correct"]
+    assert all(row["_full_generation"].startswith("<think>") for row in finished)
+    sft = read_jsonl(thinking_run / "sft/round1/data.jsonl")
+    assert sft and all(
+        record["messages"][-1]["content"].startswith("<think>")
+        and "</think>\\boxed{" in record["messages"][-1]["content"]
+        for record in sft
+    )
+    tuned = read_jsonl(thinking_run / "judge/round1/arithmetic/test/output-rs0.jsonl")
+    assert sum(row["_generation_finished_thinking"] for row in tuned) > 0.9 * len(tuned)  # it still thinks
+    summary = json.loads((thinking_run / "eval/summary.json").read_text())
+    pass_at_1 = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
+    assert pass_at_1["round1"] > pass_at_1["base"] + 5, pass_at_1  # measured: 42.00 -> 54.25
+    logs = [path.read_text() for path in (thinking_run / "logs").rglob("*.log")]
+    assert any("texts ended their thinking with '</think>'" in log for log in logs)
