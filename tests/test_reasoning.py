@@ -108,6 +108,51 @@ def test_reasoning_a_server_returns_apart_is_kept():
     assert split_off_reasoning(whole) is None
 
 
+# An R1-style chat template (DeepSeek-R1's distilled models behave so): the generation prompt opens the thinking, and
+# an assistant turn rendered by the template loses what comes before "</think>".
+R1_STYLE_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}<|im_start|>User: {{ message['content'] }}<|im_end|>\n"
+    "{% else %}<|im_start|>Assistant: {{ message['content'].split('</think>')[-1] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>Assistant: <think>\n{% endif %}"
+)
+
+
+def test_sft_teaches_the_thinking_a_template_would_drop(smollm2, tmp_path):
+    """On SmolLM2's real BPE tokenizer: the SFT example is the generation prompt's ids, exactly as generation built
+    them (the thinking opened by the template), then the whole generated text and EOS. Rendering the conversation
+    with the template instead would train on the answer alone."""
+    from snakeskills.models import load_tokenizer
+    from snakeskills.prompts import model_input_ids, resolve_prompt
+    from snakeskills.sft import to_prompt_completion
+    from snakeskills.training import tokenize_prompt_completion
+
+    tokenizer = load_tokenizer(smollm2, trust_remote_code=False)
+    tokenizer.chat_template = R1_STYLE_TEMPLATE
+    prompt = resolve_prompt(
+        {"template": "generic-math", "system": None, "user": None, "num_few_shot": None, "chat_template": True}
+    )
+    record = {"id": "p0", "problem": "What is 17+25?", "expected_answer": "42"}
+    prompt_ids = model_input_ids(prompt, record, tokenizer)
+    assert tokenizer.decode(prompt_ids).endswith("Assistant: <think>\n")
+    text = "17+25: 7+5=12, carry 1; 1+2+1=4. So 42.\n</think>\n\nThe answer is $\\boxed{42}$."
+    row = {**record, **text_fields(text, "generation", PARSE), "symbolic_correct": True, "finish_reason": "stop"}
+    assert row["generation"] == "The answer is $\\boxed{42}$."
+    filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
+    filters.update(dedup=True, max_per_problem=None)
+    write_jsonl(tmp_path / "judged.jsonl", [{**row, "num_generated_tokens": 30}])
+    records, _ = select_sft_records([tmp_path / "judged.jsonl"], ["r1"], prompt, filters)
+    example = to_prompt_completion(records[0], chat_template=True, tokenizer=tokenizer)
+    assert example == {"prompt_ids": prompt_ids, "completion": text}
+    (tokenized,) = tokenize_prompt_completion(tokenizer, [example], max_length=512)
+    trained = tokenized["input_ids"]
+    assert trained[: len(prompt_ids)] == prompt_ids
+    assert tokenizer.decode(trained[len(prompt_ids) :]) == text + tokenizer.eos_token
+    assert sum(tokenized["completion_mask"]) == len(trained) - len(prompt_ids)
+    rendered = tokenizer.apply_chat_template(records[0]["messages"], tokenize=False)
+    assert "7+5=12" not in rendered  # what a template-rendered example would have lost
+
+
 # ---------------------------------------------------------------- a tiny model that thinks, through the whole loop
 
 
