@@ -101,10 +101,11 @@ def run_judge(arguments: argparse.Namespace) -> None:
         logger.info("judged %d rows", rows)
 
 
-def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object]:
+def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object, dict]:
     """The settings of a job that asks a judging model (the LLM judge, the contamination checker: ``llm`` and
-    ``prompt``), its backend on the job's GPUs, and its sampling."""
+    ``prompt``), its backend on the job's GPUs, its sampling, and how its texts are read (parse_reasoning)."""
     from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.generate import reasoning_settings
 
     settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
     llm = settings["llm"]
@@ -117,15 +118,15 @@ def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object]:
         threads=arguments.threads,
         chat_template=settings["prompt"]["chat_template"],
     )
-    return settings, backend, sampling_from_config(llm["generation"]["sampling"], settings["prompt"])
+    sampling = sampling_from_config(llm["generation"]["sampling"], settings["prompt"])
+    return settings, backend, sampling, reasoning_settings(llm["generation"])
 
 
 def run_llm_judge(arguments: argparse.Namespace) -> None:
-    from snakeskills.generate import reasoning_settings
     from snakeskills.llm_judge import llm_judge_chunk
 
     with script_logging(arguments.log) as logger:
-        settings, backend, sampling = judging_model(arguments)
+        settings, backend, sampling, reasoning = judging_model(arguments)
         counts = llm_judge_chunk(
             backend=backend,
             judged_path=arguments.input,
@@ -134,17 +135,16 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
             sampling=sampling,
             rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
-            reasoning=reasoning_settings(settings["llm"]["generation"]),
+            reasoning=reasoning,
         )
         logger.info("llm judge done: %s", counts)
 
 
 def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
-    from snakeskills.generate import reasoning_settings
     from snakeskills.synthesis import llm_contamination_check
 
     with script_logging(arguments.log) as logger:
-        settings, backend, sampling = judging_model(arguments)
+        settings, backend, sampling, reasoning = judging_model(arguments)
         counts = llm_contamination_check(
             backend=backend,
             candidates_path=arguments.candidates,
@@ -156,7 +156,7 @@ def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
             sampling=sampling,
             rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
             fingerprint_files=[arguments.settings],
-            reasoning=reasoning_settings(settings["llm"]["generation"]),
+            reasoning=reasoning,
         )
         logger.info("contamination check done: %s", counts)
 

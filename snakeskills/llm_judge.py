@@ -46,6 +46,27 @@ def certain_judgement(record: dict) -> str | None:
     return None
 
 
+def ask_judging_model(
+    batch: list[dict], *, certain, request_for, verdict: str, backend, sampling, progress, report: ReasoningReport
+) -> tuple[list[dict], int]:
+    """A judging model's verdict on each row of a batch; returns the rows and how many the model was asked.
+
+    ``certain(row)`` is the judgement text where the verdict is known without the model (the model is not asked),
+    else None: the model answers ``request_for(row)``, and its text becomes the row's ``report.key`` field (with a
+    reasoning judge's fields, ``text_fields``). ``verdict`` gets ``parse_judgement`` of that field."""
+    key = report.key
+    fields = [{key: text} if (text := certain(row)) is not None else None for row in batch]
+    to_ask = [index for index, known in enumerate(fields) if known is None]
+    progress.advance(len(batch) - len(to_ask))  # verdicts certain without the model
+    requests = [request_for(batch[index]) for index in to_ask]
+    results = generate_with_progress(backend, requests, sampling, progress) if requests else []
+    for index, result in zip(to_ask, results, strict=True):
+        fields[index] = text_fields(result.generation, key, report.reasoning)
+    report.add([fields[index] for index in to_ask])
+    judged = [{**row, **known, verdict: parse_judgement(known[key])} for row, known in zip(batch, fields, strict=True)]
+    return judged, len(to_ask)
+
+
 def llm_judge_chunk(
     *,
     backend,
@@ -77,31 +98,23 @@ def llm_judge_chunk(
     progress = Progress(len(rows), label=f"llm judge {Path(output_path).name}")
     report = ReasoningReport("judgement", reasoning, f"llm judge {Path(output_path).name}")
 
+    def request_for(row: dict):
+        row = {**row, "predicted_answer": str(row["predicted_answer"])}
+        return build_request(backend, prompt, row, row_seed(row["random_seed"], f"judge\x00{row['id']}"))
+
     def judge_batch(batch: list[dict]) -> list[dict]:
-        judgements = [certain_judgement(row) for row in batch]
-        to_ask = [index for index, judgement in enumerate(judgements) if judgement is None]
-        requests = [
-            build_request(
-                backend,
-                prompt,
-                {**batch[index], "predicted_answer": str(batch[index]["predicted_answer"])},
-                row_seed(batch[index]["random_seed"], f"judge\x00{batch[index]['id']}"),
-            )
-            for index in to_ask
-        ]
-        progress.advance(len(batch) - len(to_ask))  # verdicts certain without the model
-        results = generate_with_progress(backend, requests, sampling, progress) if requests else []
-        asked = {
-            index: text_fields(result.generation, "judgement", reasoning)
-            for index, result in zip(to_ask, results, strict=True)
-        }
-        report.add(list(asked.values()))
-        calls["model"] += len(to_ask)
-        calls["skipped"] += len(batch) - len(to_ask)
-        judged = []
-        for index, row in enumerate(batch):
-            fields = asked[index] if index in asked else {"judgement": judgements[index]}
-            judged.append({**row, **fields, "judge_correct": parse_judgement(fields["judgement"])})
+        judged, asked = ask_judging_model(
+            batch,
+            certain=certain_judgement,
+            request_for=request_for,
+            verdict="judge_correct",
+            backend=backend,
+            sampling=sampling,
+            progress=progress,
+            report=report,
+        )
+        calls["model"] += asked
+        calls["skipped"] += len(batch) - asked
         return judged
 
     counts = process_resumable(

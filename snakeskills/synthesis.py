@@ -279,10 +279,10 @@ def llm_contamination_check(
     import dataclasses
 
     from snakeskills.backends import build_request
-    from snakeskills.generate import ReasoningReport, log_model_input, row_seed, text_fields
+    from snakeskills.generate import ReasoningReport, log_model_input, row_seed
     from snakeskills.io import fingerprint
-    from snakeskills.llm_judge import parse_judgement
-    from snakeskills.progress import Progress, generate_with_progress
+    from snakeskills.llm_judge import ask_judging_model
+    from snakeskills.progress import Progress
     from snakeskills.resumable import process_resumable
 
     candidates = read_jsonl(candidates_path)
@@ -316,21 +316,16 @@ def llm_contamination_check(
         log_model_input(request_for(first_asked), backend)
 
     def check_batch(batch: list[dict]) -> list[dict]:
-        judgements = [None if row["similar_problem"] is not None else NO_SHARED_WORD_JUDGEMENT for row in batch]
-        to_ask = [position for position, judgement in enumerate(judgements) if judgement is None]
-        requests = [request_for(batch[position]) for position in to_ask]
-        progress.advance(len(batch) - len(to_ask))
-        results = generate_with_progress(backend, requests, sampling, progress) if requests else []
-        key = "contamination_judgement"
-        asked = {
-            position: text_fields(result.generation, key, reasoning)
-            for position, result in zip(to_ask, results, strict=True)
-        }
-        report.add(list(asked.values()))
-        checked = []
-        for position, row in enumerate(batch):
-            fields = asked[position] if position in asked else {key: judgements[position]}
-            checked.append({**row, **fields, "llm_contaminated": parse_judgement(fields[key])})
+        checked, _ = ask_judging_model(
+            batch,
+            certain=lambda row: None if row["similar_problem"] is not None else NO_SHARED_WORD_JUDGEMENT,
+            request_for=request_for,
+            verdict="llm_contaminated",
+            backend=backend,
+            sampling=sampling,
+            progress=progress,
+            report=report,
+        )
         return checked
 
     process_resumable(
