@@ -68,6 +68,9 @@ def select_sft_records(
     for path, source in zip(judged_paths, sources, strict=True):
         for row_number, row in enumerate(iter_jsonl(path), start=1):
             counts["judged"] += 1
+            if "_generation_finished_thinking" in row:  # parse_reasoning: a text that never ended its thinking
+                unfinished = not row["_generation_finished_thinking"]
+                counts["unfinished_thinking"] = counts.get("unfinished_thinking", 0) + unfinished
             if filters["correct_only"] and not is_correct(row, filters["score"], f"{path}: row {row_number}"):
                 counts["incorrect"] += 1
                 continue
@@ -108,6 +111,12 @@ def select_sft_records(
 
 def write_sft_dataset(judged_paths, sources, prompt_config, filters, output_path, stats_path) -> dict:
     records, counts = select_sft_records(judged_paths, sources, prompt_config, filters)
+    if not records and counts.get("unfinished_thinking") == counts["judged"]:
+        raise SnakeskillsError(
+            f"no SFT examples: none of the {counts['judged']} generations ended its thinking, so none has an "
+            "answer (parse_reasoning is on); is the model a reasoning model, and is end_reasoning_string the text "
+            "that ends its thinking? (the generate logs count them)"
+        )
     if not records:
         raise SnakeskillsError(
             f"no SFT examples survived the filters ({counts}); the model solved none of the training problems "

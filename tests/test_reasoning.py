@@ -89,7 +89,21 @@ def test_sft_trains_on_the_whole_text_of_a_reasoning_model(tmp_path):
     filters.update(dedup=True, max_per_problem=None)
     records, counts = select_sft_records([judged], ["base"], prompt, filters)
     assert [record["messages"][-1]["content"] for record in records] == ["<think>1+1</think>\\boxed{2}", "\\boxed{3}"]
-    assert counts["kept"] == 2
+    assert counts["kept"] == 2 and counts["unfinished_thinking"] == 0
+
+
+def test_no_sft_data_from_a_model_that_never_ends_its_thinking_says_why(tmp_path):
+    from snakeskills.errors import SnakeskillsError
+    from snakeskills.sft import write_sft_dataset
+
+    row = {"id": "p0", "problem": "1+1", "expected_answer": "2", "symbolic_correct": False, "finish_reason": "stop"}
+    row.update(text_fields("2", "generation", PARSE), num_generated_tokens=1)  # SmolLM2 answers without thinking
+    write_jsonl(tmp_path / "judged.jsonl", [row])
+    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
+    filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
+    filters.update(dedup=True, max_per_problem=None)
+    with pytest.raises(SnakeskillsError, match="none of the 1 generations ended its thinking"):
+        write_sft_dataset([tmp_path / "judged.jsonl"], ["base"], prompt, filters, tmp_path / "d.jsonl", tmp_path / "s")
 
 
 def test_reasoning_a_server_returns_apart_is_kept():
