@@ -164,7 +164,14 @@ def smollm2_workload(arguments, device: str, folder: Path):
     )
     problems = arithmetic_splits(operations=["+", "-", "*"], max_operand=999, split_sizes={"bench": prompts}, seed=0)
     prompt = resolve_prompt(
-        {"template": "generic-math", "system": None, "user": None, "num_few_shot": None, "chat_template": True}
+        {
+            "template": "generic-math",
+            "system": None,
+            "user": None,
+            "num_few_shot": None,
+            "chat_template": True,
+            "chat_template_kwargs": {},
+        }
     )
     requests = [build_request(backend, prompt, record, seed) for seed, record in enumerate(problems["bench"])]
     lengths = sorted(len(request.prompt_token_ids) for request in requests)

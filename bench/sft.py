@@ -40,7 +40,14 @@ def write_examples(path: Path, count: int) -> None:
     from snakeskills.prompts import build_messages, resolve_prompt
 
     prompt = resolve_prompt(
-        {"template": "generic-math", "system": None, "user": None, "num_few_shot": None, "chat_template": True}
+        {
+            "template": "generic-math",
+            "system": None,
+            "user": None,
+            "num_few_shot": None,
+            "chat_template": True,
+            "chat_template_kwargs": {},
+        }
     )
     rng = random.Random(0)
     records = []
@@ -78,6 +85,7 @@ def train_one(variant: str, data: str, epochs: float, batch_size: int, device: s
                 **{"num_epochs": epochs, "learning_rate": 1e-4, "batch_size": batch_size, "max_length": 256},
             },
             chat_template=True,
+            chat_template_kwargs={},
             seed=0,
             threads=len(os.sched_getaffinity(0)),
             dtype=dtype,
@@ -91,7 +99,10 @@ def train_one(variant: str, data: str, epochs: float, batch_size: int, device: s
     from snakeskills.sft import to_prompt_completion
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    examples = [to_prompt_completion(record, chat_template=True, tokenizer=tokenizer) for record in iter_jsonl(data)]
+    examples = [
+        to_prompt_completion(record, chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer)
+        for record in iter_jsonl(data)
+    ]
     tokens = sum(len(row["input_ids"]) for row in tokenize_prompt_completion(tokenizer, examples, 256))
     on_gpu = torch.cuda.is_available()
     return {

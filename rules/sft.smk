@@ -32,6 +32,7 @@ rule sft:
         model=config["model"],
         sft=sft_training_config,
         chat_template=config["prompt"]["chat_template"],
+        chat_template_kwargs=config["prompt"]["chat_template_kwargs"],
     log:
         LOGS / "sft/{model}.log",
     wildcard_constraints:

@@ -15,6 +15,7 @@ with script_logging(snakemake.log[0]) as logger:
         "training": sft["training"],
         "init_path": snakemake.input.init[0] if snakemake.input.init else None,
         "chat_template": snakemake.params.chat_template,
+        "chat_template_kwargs": snakemake.params.chat_template_kwargs,
         "seed": sft["seed"],
         "threads": max(1, snakemake.threads // processes),
         "dtype": snakemake.params.model["dtype"],

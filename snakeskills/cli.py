@@ -56,6 +56,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.generate import generate_chunk, reasoning_settings
     from snakeskills.plan import synthesis_split_part
+    from snakeskills.prompts import chat_format
 
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
@@ -67,7 +68,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             model_path=settings["model_path"],
             adapter_path=settings["adapter_path"],
             threads=arguments.threads,
-            chat_template=settings["prompt"]["chat_template"],
+            **chat_format(settings["prompt"]),
         )
         counts = generate_chunk(
             backend=backend,
@@ -106,6 +107,7 @@ def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object, 
     ``prompt``), its backend on the job's GPUs, its sampling, and how its texts are read (parse_reasoning)."""
     from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.generate import reasoning_settings
+    from snakeskills.prompts import chat_format
 
     settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
     llm = settings["llm"]
@@ -116,7 +118,7 @@ def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object, 
         model_path=llm["model"]["path"],
         adapter_path=None,
         threads=arguments.threads,
-        chat_template=settings["prompt"]["chat_template"],
+        **chat_format(settings["prompt"]),
     )
     sampling = sampling_from_config(llm["generation"]["sampling"], settings["prompt"])
     return settings, backend, sampling, reasoning_settings(llm["generation"])

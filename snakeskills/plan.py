@@ -165,6 +165,64 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
             )
     if config["synthesis"] is not None:
         _check_synthesis(config)
+    for key, (prompt, reader) in prompt_readers(config).items():
+        _check_chat_template_kwargs(config, key, prompt, reader)
+
+
+def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
+    """Every prompt config section in use, by its config key, with the config section (``model``,
+    ``generation``) of the model whose chat template renders it."""
+    student = {"model": config["model"], "generation": config["generation"]}
+    readers = {"prompt": (config["prompt"], student)}
+    teacher, llm, synthesis = config["teacher"], config["judge"]["llm"], config["synthesis"]
+    if teacher is not None:
+        readers["teacher.prompt"] = (teacher["prompt"], teacher)
+    if llm is not None:
+        readers["judge.llm.prompt"] = (llm["prompt"], llm)
+    if synthesis is not None:
+        writer = {"student": student, "teacher": teacher, "own": synthesis}[synthesis["writer"]]
+        readers["synthesis.prompt"] = (synthesis["prompt"], writer)
+        if synthesis["writer"] == "own" and synthesis["label"]["prompt"] is not None:
+            readers["synthesis.label.prompt"] = (synthesis["label"]["prompt"], synthesis)
+        checker = synthesis["decontamination"]["llm_check"]
+        if checker is not None:
+            checking = llm if checker == "judge" else teacher
+            readers["synthesis.decontamination.llm_prompt"] = (synthesis["decontamination"]["llm_prompt"], checking)
+    return readers
+
+
+def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: dict) -> None:
+    """``chat_template_kwargs`` need ``chat_template: true``, must not name ``apply_chat_template``'s own
+    arguments, and must be variables the model's chat template reads where the plan can see that template (a
+    local checkpoint folder, the tiny model); a job checks the rest when it first renders a prompt."""
+    from snakeskills.prompts import check_chat_template_kwargs, saved_chat_template, unread_chat_template_kwargs
+
+    kwargs = prompt["chat_template_kwargs"]
+    if not kwargs:
+        return
+    check_chat_template_kwargs(kwargs, f"{key}.chat_template_kwargs")
+    if not prompt["chat_template"]:
+        raise SnakeskillsError(
+            f"config key {key}.chat_template_kwargs is set but {key}.chat_template is false: the kwargs are the "
+            f"chat template's variables; set {key}.chat_template: true or drop them"
+        )
+    if reader["model"] is config["model"] and config["model"]["build_tiny"]:
+        from snakeskills.tiny_model import CHAT_TEMPLATE
+
+        template, source = CHAT_TEMPLATE, "the tiny model"
+    else:
+        path = reader["model"]["path"]
+        if not backend_spec(reader["generation"]).needs_local_model or not path or not Path(path).is_dir():
+            return  # a server's template, or a model the job resolves: checked when the job renders
+        template, source = saved_chat_template(Path(path)), repr(path)
+    if template is None:
+        raise SnakeskillsError(
+            f"config key {key}.chat_template is true but {source} has no chat template (no chat_template.jinja, "
+            "no chat_template in tokenizer_config.json)"
+        )
+    problem = unread_chat_template_kwargs(template, kwargs)
+    if problem:
+        raise SnakeskillsError(f"config key {key}.{problem} (the chat template of {source})")
 
 
 def _check_reasoning(generation: dict, key: str) -> None:

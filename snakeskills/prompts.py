@@ -1,11 +1,14 @@
 """Prompt templates filled from record fields.
 
 A resolved prompt is ``{"system": str | None, "user": str, "examples": str, "chat_template": bool,
-"stop": list[str]}``.
+"chat_template_kwargs": dict, "stop": list[str]}``.
 Templates use Python ``str.format`` placeholders (``{problem}``, any record field, and
 ``{examples}`` for the few-shot block); literal braces are doubled (``\\boxed{{}}``), as in
 NeMo-Skills' prompt files. With ``chat_template: true`` the tokenizer's chat template turns the
-messages into the model input; otherwise the system and user texts are concatenated.
+messages into the model input; otherwise the system and user texts are concatenated. ``chat_template_kwargs``
+are extra variables for the template (Qwen3's ``enable_thinking``), as ``apply_chat_template``'s keyword
+arguments, and as the ``chat_template_kwargs`` of an OpenAI-compatible chat request (vLLM, SGLang,
+``transformers serve``).
 
 Prompt templates live in YAML files with the keys ``system`` (optional), ``user``,
 ``few_shot`` (optional: ``template``, ``separator``, ``examples``) and ``stop`` (optional: strings that end
@@ -16,6 +19,7 @@ names a shipped template (``snakeskills/prompt_templates/<name>.yaml``) or a pat
 
 from __future__ import annotations
 
+import functools
 import string
 from pathlib import Path
 
@@ -109,6 +113,7 @@ def resolve_prompt(prompt_config: dict) -> dict:
         "user": user,
         "examples": render_examples(content.get("few_shot"), prompt_config["num_few_shot"], where),
         "chat_template": prompt_config["chat_template"],
+        "chat_template_kwargs": prompt_config["chat_template_kwargs"],
         # strings that end a generation in this prompt's format (added to generation.sampling.stop)
         "stop": content.get("stop", []),
     }
@@ -144,19 +149,140 @@ def build_messages(prompt: dict, record: dict) -> list[dict]:
     return messages
 
 
-def render_messages(messages: list[dict], *, chat_template: bool, tokenizer=None) -> str:
-    """Turn messages (ending with a user turn) into the text the model continues."""
+# apply_chat_template's own arguments and the variables it sets, which chat_template_kwargs cannot pass
+RESERVED_CHAT_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+    }
+)
+# variables every chat template may read: set by apply_chat_template, or the template's own helpers
+_STANDARD_TEMPLATE_VARIABLES = RESERVED_CHAT_TEMPLATE_KWARGS | {"raise_exception", "strftime_now", "namespace"}
+
+
+def check_chat_template_kwargs(kwargs: dict, key: str) -> None:
+    """``kwargs`` must not name an argument of ``apply_chat_template`` itself; ``key`` names the config key."""
+    reserved = sorted(set(kwargs) & RESERVED_CHAT_TEMPLATE_KWARGS)
+    if reserved:
+        raise SnakeskillsError(
+            f"config key {key} has {', '.join(map(repr, reserved))}, which the pipeline sets itself (an argument "
+            "of apply_chat_template or a special token); chat_template_kwargs is for the template's own variables, "
+            "e.g. enable_thinking"
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def chat_template_variables(template: str) -> frozenset[str] | None:
+    """The variables a Jinja chat template reads from its caller (``None`` when Jinja cannot parse it here;
+    transformers' own environment adds loop controls and the ``{% generation %}`` tag, both accepted)."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.meta
+
+    class GenerationTag(jinja2.ext.Extension):  # transformers' AssistantTracker tag, parsed and kept as a block
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body)
+
+    environment = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, GenerationTag])
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(environment.parse(template)))
+    except jinja2.TemplateError:
+        return None
+
+
+def unread_chat_template_kwargs(template: str | dict, kwargs: dict) -> str | None:
+    """Why ``kwargs`` would change nothing in ``template`` (a tokenizer's ``chat_template``: one template or
+    named ones), as a sentence, or ``None`` when the template reads every one of them (or cannot be parsed).
+    A misspelt variable (``enable_thinkng``) is otherwise silently ignored by Jinja."""
+    templates = list(template.values()) if isinstance(template, dict) else [template]
+    variables: set[str] = set()
+    for text in templates:
+        found = chat_template_variables(text)
+        if found is None:
+            return None
+        variables |= found
+    unread = sorted(set(kwargs) - variables)
+    if not unread:
+        return None
+    own = sorted(variables - _STANDARD_TEMPLATE_VARIABLES)
+    reads = (
+        f"the variables of its own that it reads are {', '.join(own)}" if own else "it reads no variables of its own"
+    )
+    return (
+        f"chat_template_kwargs {', '.join(map(repr, unread))}: the model's chat template never reads "
+        f"{'it' if len(unread) == 1 else 'them'}, so {'it' if len(unread) == 1 else 'they'} would change nothing "
+        f"({reads})"
+    )
+
+
+def saved_chat_template(folder: Path) -> str | dict | None:
+    """The chat template a saved tokenizer folder holds, read from its files without loading it:
+    ``chat_template.jinja`` (transformers 4.43 on), else ``tokenizer_config.json``'s ``chat_template`` (one
+    template, or named ones as a list); ``None`` when it has none."""
+    import json
+
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config_path = folder / "tokenizer_config.json"
+    if not config_path.is_file():
+        return None
+    try:
+        template = json.loads(config_path.read_text(encoding="utf-8")).get("chat_template")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(template, list):
+        return {entry["name"]: entry["template"] for entry in template}
+    return template
+
+
+def render_messages(messages: list[dict], *, chat_template: bool, chat_template_kwargs: dict, tokenizer=None) -> str:
+    """Turn messages (ending with a user turn) into the text the model continues; ``chat_template_kwargs`` are
+    passed to the chat template (prompt.chat_template_kwargs)."""
     if chat_template:
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise SnakeskillsError(
                 "prompt.chat_template is true but the model's tokenizer has no chat template; "
                 "set prompt.chat_template: false for base (non-chat) models"
             )
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if chat_template_kwargs:
+            check_chat_template_kwargs(chat_template_kwargs, "prompt.chat_template_kwargs")
+            problem = unread_chat_template_kwargs(tokenizer.chat_template, chat_template_kwargs)
+            if problem:
+                raise SnakeskillsError(f"prompt.{problem}; check their names against the model's chat template")
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **chat_template_kwargs
+        )
+    if chat_template_kwargs:
+        raise SnakeskillsError(
+            "prompt.chat_template_kwargs is set but prompt.chat_template is false: the kwargs are the chat "
+            "template's variables; set chat_template: true or drop them"
+        )
     return "".join(message["content"] for message in messages)
 
 
-def encode_messages(messages: list[dict], *, chat_template: bool, tokenizer) -> list[int]:
+def encode_messages(messages: list[dict], *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> list[int]:
     """The token ids the model continues for a conversation ending with a user turn.
 
     The one place a prompt becomes model input (generation in every backend that tokenizes, the shared
@@ -166,15 +292,23 @@ def encode_messages(messages: list[dict], *, chat_template: bool, tokenizer) -> 
     adds BOS on its own (Llama-3's does) would otherwise double it. Plain concatenated text (base models)
     gets the tokenizer's special tokens, as in pretraining.
     """
-    text = render_messages(messages, chat_template=chat_template, tokenizer=tokenizer)
+    text = render_messages(
+        messages, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
+    )
     return tokenizer(text, add_special_tokens=not chat_template)["input_ids"]
+
+
+def chat_format(prompt: dict) -> dict:
+    """How a prompt's messages become model input: its ``chat_template`` and ``chat_template_kwargs``, as the
+    keyword arguments of ``render_messages`` / ``encode_messages`` (and of the backends that render them)."""
+    return {"chat_template": prompt["chat_template"], "chat_template_kwargs": prompt["chat_template_kwargs"]}
 
 
 def model_input_ids(prompt: dict, record: dict, tokenizer) -> list[int]:
     """The token ids the model continues for one record under a resolved prompt."""
-    return encode_messages(build_messages(prompt, record), chat_template=prompt["chat_template"], tokenizer=tokenizer)
+    return encode_messages(build_messages(prompt, record), **chat_format(prompt), tokenizer=tokenizer)
 
 
 def format_prompt(prompt: dict, record: dict, tokenizer=None) -> str:
     """The prompt's text for one record (what ``model_input_ids`` tokenizes), for display and text APIs."""
-    return render_messages(build_messages(prompt, record), chat_template=prompt["chat_template"], tokenizer=tokenizer)
+    return render_messages(build_messages(prompt, record), **chat_format(prompt), tokenizer=tokenizer)

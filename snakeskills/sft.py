@@ -163,13 +163,15 @@ def write_sft_exports(sft_data_path, *, alpaca_path, dataset_info_path, dataset_
     return len(examples)
 
 
-def to_prompt_completion(record: dict, *, chat_template: bool, tokenizer) -> dict:
+def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> dict:
     """An SFT record as the trainer's example: the prompt's token ids, exactly as generation builds them
-    (``prompts.encode_messages``), and the assistant's text."""
+    (``prompts.encode_messages``, with the prompt's chat template and its kwargs), and the assistant's text."""
     messages = record["messages"]
     if messages[-1]["role"] != "assistant":
         raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
-    prompt_ids = encode_messages(messages[:-1], chat_template=chat_template, tokenizer=tokenizer)
+    prompt_ids = encode_messages(
+        messages[:-1], chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
+    )
     return {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
 
 
@@ -216,6 +218,7 @@ def train_sft(
     lora: dict | None,
     training: dict,
     chat_template: bool,
+    chat_template_kwargs: dict,
     seed: int,
     threads: int,
     dtype: str,
@@ -255,7 +258,9 @@ def train_sft(
         model = load_model(start_path, dtype=dtype, policy=TRAINED_WEIGHTS, trust_remote_code=trust_remote_code)
         stored_dtype = saved_dtype(dtype, start_path, trust_remote_code)
     examples = [
-        to_prompt_completion(record, chat_template=chat_template, tokenizer=tokenizer)
+        to_prompt_completion(
+            record, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
+        )
         for record in iter_jsonl(sft_data_path)
     ]
     metrics, trainer = train_on_examples(

@@ -105,11 +105,12 @@ def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = 
     return build_backend("hf", **local_backend_options(section, model, str(model_path), adapter_path, threads))
 
 
-def openai_backend(**openai):
+def openai_backend(chat_template_kwargs=None, **openai):
     """An openai backend from a validated ``generation.openai`` section (``base_url``, ``model``, ...)."""
     from snakeskills.backends import build_backend
 
-    return build_backend("openai", **generation_section(backend="openai", openai=openai)["openai"])
+    section = generation_section(backend="openai", openai=openai)["openai"]
+    return build_backend("openai", **section, chat_template_kwargs=chat_template_kwargs or {})
 
 
 # an address no server listens on: dry runs and plan-time checks never contact a teacher configured with it
@@ -311,6 +312,7 @@ def arithmetic_teacher(smollm2) -> Path:
             lora=None,
             training=training_section(**TEACHER_RECIPE["training"]),
             chat_template=True,
+            chat_template_kwargs={},
             seed=0,
             threads=os.cpu_count(),
             dtype="auto",

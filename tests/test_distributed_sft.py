@@ -32,6 +32,7 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
         "lora": None,
         "training": training_section(num_epochs=8, learning_rate=1e-2, batch_size=16, max_length=16),
         "chat_template": False,
+        "chat_template_kwargs": {},
         "seed": 0,
         "threads": 1,
         "dtype": "auto",
@@ -44,7 +45,14 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
     assert sorted(path.name for path in output.parent.iterdir()) == ["checkpoint"], "no staging or trainer folder"
     assert log.read_text().count("fully fine-tuning") == 2, "both processes trained"
     backend = hf_backend(str(output), device="cpu", batch_size=4)
-    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
+    prompt = {
+        "system": None,
+        "user": "{problem}=",
+        "examples": "",
+        "chat_template": False,
+        "chat_template_kwargs": {},
+        "stop": [],
+    }
     requests = [build_request(backend, prompt, {"problem": f"{i}+{i}"}, 0) for i in range(4)]
     greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2)
     assert [result.generation for result in backend.generate(requests, greedy)] == ["7"] * 4, "it learned the answer"
@@ -61,6 +69,7 @@ def test_a_failing_process_fails_the_job_with_its_log(tiny_checkpoint, tmp_path)
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
         "training": training_section(num_epochs=1, learning_rate=1e-3, batch_size=4, max_length=16),
         "chat_template": False,
+        "chat_template_kwargs": {},
         "seed": 0,
         "threads": 1,
         "dtype": "auto",

@@ -15,7 +15,14 @@ from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.resumable import FINGERPRINT_KEY, progress_path_for
 
-PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
+PROMPT = {
+    "system": None,
+    "user": "{problem}=",
+    "examples": "",
+    "chat_template": False,
+    "chat_template_kwargs": {},
+    "stop": [],
+}
 SAMPLING = SamplingParams(temperature=1.0, top_p=0.9, top_k=0, max_new_tokens=6)
 
 

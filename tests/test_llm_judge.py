@@ -27,6 +27,7 @@ PROMPT = resolve_prompt(
         "user": "{expected_answer}?{predicted_answer}:",
         "num_few_shot": None,
         "chat_template": False,
+        "chat_template_kwargs": {},
     }
 )
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8)

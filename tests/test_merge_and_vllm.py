@@ -10,7 +10,14 @@ from conftest import DEFAULT_CONFIG, dry_run_counts, generation_section, hf_back
 
 from snakeskills.backends import SamplingParams, build_request
 
-PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
+PROMPT = {
+    "system": None,
+    "user": "{problem}=",
+    "examples": "",
+    "chat_template": False,
+    "chat_template_kwargs": {},
+    "stop": [],
+}
 
 
 @pytest.fixture()

@@ -34,7 +34,12 @@ def shared(tiny_checkpoint, directory, chat_template=False, **overrides):
     }
     settings = {"idle_seconds": 3, "jobs_per_load": 64, **overrides}
     return SharedModelBackend(
-        backend="hf", options=options, chat_template=chat_template, directory=str(directory), **settings
+        backend="hf",
+        options=options,
+        chat_template=chat_template,
+        chat_template_kwargs={},
+        directory=str(directory),
+        **settings,
     )
 
 
@@ -98,7 +103,7 @@ def test_the_server_builds_model_input_as_a_direct_load_does(tiny_checkpoint, di
     direct = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
     direct_requests = []
     for index, messages in enumerate(MESSAGES):
-        ids = encode_messages(list(messages), chat_template=True, tokenizer=direct.tokenizer)
+        ids = encode_messages(list(messages), chat_template=True, chat_template_kwargs={}, tokenizer=direct.tokenizer)
         assert ids.count(direct.tokenizer.bos_token_id) == 1
         direct_requests.append(GenerationRequest(seed=index, prompt_token_ids=tuple(ids)))
     server = shared(tiny_checkpoint, directory, chat_template=True)

@@ -23,7 +23,14 @@ from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.resumable import progress_path_for
 
-PROMPT = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "stop": []}
+PROMPT = {
+    "system": None,
+    "user": "{problem}=",
+    "examples": "",
+    "chat_template": False,
+    "chat_template_kwargs": {},
+    "stop": [],
+}
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5)
 
 
@@ -199,6 +206,7 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
             "user": "{expected_answer}?{predicted_answer}:",
             "num_few_shot": None,
             "chat_template": False,
+            "chat_template_kwargs": {},
         }
     )
     backend = openai_backend(base_url=server.base_url, model=str(tiny_checkpoint), api="chat", max_concurrency=3)

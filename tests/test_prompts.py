@@ -7,7 +7,14 @@ import pytest
 from snakeskills.errors import SnakeskillsError
 from snakeskills.prompts import format_prompt, resolve_prompt, shipped_templates
 
-PROMPT_DEFAULTS = {"template": None, "system": None, "user": None, "num_few_shot": None, "chat_template": False}
+PROMPT_DEFAULTS = {
+    "template": None,
+    "system": None,
+    "user": None,
+    "num_few_shot": None,
+    "chat_template": False,
+    "chat_template_kwargs": {},
+}
 
 
 def prompt_config(**keys):

@@ -29,7 +29,15 @@ PROBLEMS = ["12+30", "7+85", "64+19", "33+44"]
 
 def chat_prompt(template: str | None = "generic-math", **overrides) -> dict:
     return resolve_prompt(
-        {"template": template, "system": None, "user": None, "num_few_shot": None, "chat_template": True, **overrides}
+        {
+            "template": template,
+            "system": None,
+            "user": None,
+            "num_few_shot": None,
+            "chat_template": True,
+            "chat_template_kwargs": {},
+            **overrides,
+        }
     )
 
 
@@ -69,11 +77,18 @@ def test_llama3_like_tokenizer_gets_one_bos_in_every_path(tiny_checkpoint):
     assert tokenizer("1+1")["input_ids"][0] == bos and build_char_tokenizer().chat_template.startswith("{{ bos_token")
     backend = hf_backend(str(tiny_checkpoint), device="cpu", threads=1)
     for chat_template in (True, False):
-        prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": chat_template, "stop": []}
+        prompt = {
+            "system": None,
+            "user": "{problem}=",
+            "examples": "",
+            "chat_template": chat_template,
+            "chat_template_kwargs": {},
+            "stop": [],
+        }
         generation_ids = build_request(backend, prompt, {"problem": "1+1"}, 0).prompt_token_ids
         messages = [*build_messages(prompt, {"problem": "1+1"}), {"role": "assistant", "content": "2"}]
         example = to_prompt_completion(
-            {"id": "a", "messages": messages}, chat_template=chat_template, tokenizer=tokenizer
+            {"id": "a", "messages": messages}, chat_template=chat_template, chat_template_kwargs={}, tokenizer=tokenizer
         )
         sft_ids = tokenize_prompt_completion(tokenizer, [example], max_length=64)[0]["input_ids"]
         for ids in (generation_ids, sft_ids, vllm_prompt_token_ids(tiny_checkpoint, prompt)):
@@ -123,7 +138,9 @@ def test_sft_labels_cover_the_assistant_turn_and_its_eos_only(smollm2, tokenizer
     prompt = chat_prompt()
     answer = "12 + 30 = 42. The answer is \\boxed{42}."
     messages = [*build_messages(prompt, {"problem": "12+30"}), {"role": "assistant", "content": answer}]
-    example = to_prompt_completion({"id": "a", "messages": messages}, chat_template=True, tokenizer=tokenizer)
+    example = to_prompt_completion(
+        {"id": "a", "messages": messages}, chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer
+    )
     (row,), _ = sft_training_rows(smollm2, [example], tmp_path, max_length=512)  # what SFTTrainer trains on
     prompt_ids = model_input_ids(prompt, {"problem": "12+30"}, tokenizer)
     assert row["input_ids"][: len(prompt_ids)] == prompt_ids
@@ -302,6 +319,7 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
         lora=None,
         training=training_section(num_epochs=12, learning_rate=1e-4, batch_size=8, max_length=128),
         chat_template=True,
+        chat_template_kwargs={},
         seed=0,
         threads=2,
         dtype="auto",

@@ -98,7 +98,10 @@ def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tm
     examples = rows(real_run / "sft/round1/data.jsonl")
     stats = json.loads((real_run / "sft/round1/stats.json").read_text())
     assert len(examples) == stats["kept"] >= 20
-    prepared = [to_prompt_completion(record, chat_template=True, tokenizer=tokenizer) for record in examples]
+    prepared = [
+        to_prompt_completion(record, chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer)
+        for record in examples
+    ]
     trained, _ = sft_training_rows(smollm2, prepared, tmp_path, max_length=256)  # what SFTTrainer trains on
     assert len(trained) == len(examples)
     for record, example, row in zip(examples, prepared, trained, strict=True):

@@ -84,7 +84,7 @@ def test_sft_trains_on_the_whole_text_of_a_reasoning_model(tmp_path):
     rows[0].update(text_fields("<think>1+1</think>\\boxed{2}", "generation", PARSE), num_generated_tokens=9)
     rows[1].update(generation="\\boxed{3}", num_generated_tokens=4)  # a model that does not think
     write_jsonl(judged, rows)
-    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
+    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "chat_template_kwargs": {}}
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     records, counts = select_sft_records([judged], ["base"], prompt, filters)
@@ -99,7 +99,7 @@ def test_no_sft_data_from_a_model_that_never_ends_its_thinking_says_why(tmp_path
     row = {"id": "p0", "problem": "1+1", "expected_answer": "2", "symbolic_correct": False, "finish_reason": "stop"}
     row.update(text_fields("2", "generation", PARSE), num_generated_tokens=1)  # SmolLM2 answers without thinking
     write_jsonl(tmp_path / "judged.jsonl", [row])
-    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False}
+    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "chat_template_kwargs": {}}
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     with pytest.raises(SnakeskillsError, match="none of the 1 generations ended its thinking"):
@@ -144,7 +144,14 @@ def test_sft_teaches_the_thinking_a_template_would_drop(smollm2, tmp_path):
     tokenizer = load_tokenizer(smollm2, trust_remote_code=False)
     tokenizer.chat_template = R1_STYLE_TEMPLATE
     prompt = resolve_prompt(
-        {"template": "generic-math", "system": None, "user": None, "num_few_shot": None, "chat_template": True}
+        {
+            "template": "generic-math",
+            "system": None,
+            "user": None,
+            "num_few_shot": None,
+            "chat_template": True,
+            "chat_template_kwargs": {},
+        }
     )
     record = {"id": "p0", "problem": "What is 17+25?", "expected_answer": "42"}
     prompt_ids = model_input_ids(prompt, record, tokenizer)
@@ -156,7 +163,7 @@ def test_sft_teaches_the_thinking_a_template_would_drop(smollm2, tmp_path):
     filters.update(dedup=True, max_per_problem=None)
     write_jsonl(tmp_path / "judged.jsonl", [{**row, "num_generated_tokens": 30}])
     records, _ = select_sft_records([tmp_path / "judged.jsonl"], ["r1"], prompt, filters)
-    example = to_prompt_completion(records[0], chat_template=True, tokenizer=tokenizer)
+    example = to_prompt_completion(records[0], chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer)
     assert example == {"prompt_ids": prompt_ids, "completion": text}
     (tokenized,) = tokenize_prompt_completion(tokenizer, [example], max_length=512)
     trained = tokenized["input_ids"]

@@ -50,6 +50,7 @@ def _arguments(tiny_checkpoint, sft_data, output_dir, method) -> dict:
         "lora": LORA if method == "lora" else None,
         "training": TRAINING,
         "chat_template": False,
+        "chat_template_kwargs": {},
         "seed": 0,
         "threads": 1,
         "dtype": "auto",

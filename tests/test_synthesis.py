@@ -200,6 +200,7 @@ SAME_PROBLEM_PROMPT = resolve_prompt(
         "user": "{problem}?{similar_problem}:",
         "num_few_shot": None,
         "chat_template": False,
+        "chat_template_kwargs": {},
     }
 )
 EVAL_ROWS = [{"id": f"e{i}", "problem": problem} for i, problem in enumerate(["12+30", "45+17", "8+8"])]

@@ -155,7 +155,7 @@ def test_teacher_text_is_retokenized_for_the_student(teacher_run):
     student = AutoTokenizer.from_pretrained(results / "models/round1/adapter")
     assert len(student) < 128
     for record in records:
-        example = to_prompt_completion(record, chat_template=False, tokenizer=student)
+        example = to_prompt_completion(record, chat_template=False, chat_template_kwargs={}, tokenizer=student)
         ids = student(example["completion"], add_special_tokens=False)["input_ids"]
         assert student.unk_token_id not in example["prompt_ids"] + ids, record
         assert student.decode(ids) == record["messages"][-1]["content"]

@@ -179,10 +179,17 @@ def test_fill_template_invalid_format_string():
 
 
 def test_build_and_render_messages_without_chat_template():
-    config = {"system": "Be brief. ", "user": "Q: {problem}", "examples": "", "chat_template": False, "stop": []}
+    config = {
+        "system": "Be brief. ",
+        "user": "Q: {problem}",
+        "examples": "",
+        "chat_template": False,
+        "chat_template_kwargs": {},
+        "stop": [],
+    }
     messages = build_messages(config, {"problem": "3*4"})
     assert messages == [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": "Q: 3*4"}]
-    assert render_messages(messages, chat_template=False) == "Be brief. Q: 3*4"
+    assert render_messages(messages, chat_template=False, chat_template_kwargs={}) == "Be brief. Q: 3*4"
     no_system = build_messages({**config, "system": None}, {"problem": "3*4"})
     assert no_system == [{"role": "user", "content": "Q: 3*4"}]
 
@@ -190,13 +197,13 @@ def test_build_and_render_messages_without_chat_template():
 def test_render_messages_chat_template_needs_a_tokenizer():
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(SnakeskillsError, match="chat_template"):
-        render_messages(messages, chat_template=True, tokenizer=None)
+        render_messages(messages, chat_template=True, chat_template_kwargs={}, tokenizer=None)
 
     class NoTemplate:
         chat_template = None
 
     with pytest.raises(SnakeskillsError, match="chat_template"):
-        render_messages(messages, chat_template=True, tokenizer=NoTemplate())
+        render_messages(messages, chat_template=True, chat_template_kwargs={}, tokenizer=NoTemplate())
 
     class WithTemplate:
         chat_template = "{{ messages }}"
@@ -205,7 +212,10 @@ def test_render_messages_chat_template_needs_a_tokenizer():
             assert tokenize is False and add_generation_prompt is True
             return "<|user|>" + messages[-1]["content"] + "<|assistant|>"
 
-    assert render_messages(messages, chat_template=True, tokenizer=WithTemplate()) == "<|user|>hi<|assistant|>"
+    assert (
+        render_messages(messages, chat_template=True, chat_template_kwargs={}, tokenizer=WithTemplate())
+        == "<|user|>hi<|assistant|>"
+    )
 
 
 # ---------------------------------------------------------------- synthetic data
@@ -341,7 +351,14 @@ def test_prepare_split_synthetic_matches_generator():
 
 # ---------------------------------------------------------------- sft
 
-PROMPT = {"system": "Solve.", "user": "Q: {problem}", "examples": "", "chat_template": False, "stop": []}
+PROMPT = {
+    "system": "Solve.",
+    "user": "Q: {problem}",
+    "examples": "",
+    "chat_template": False,
+    "chat_template_kwargs": {},
+    "stop": [],
+}
 FILTERS = {
     "correct_only": True,
     "score": "symbolic_correct",

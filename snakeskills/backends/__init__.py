@@ -104,8 +104,12 @@ def backend_from_config(
     adapter_path: str | None,
     threads: int,
     chat_template: bool,
+    chat_template_kwargs: dict,
 ):
     """Build the backend a ``generation`` config section names, for ``model`` (path, dtype, trust_remote_code).
+
+    ``chat_template`` / ``chat_template_kwargs`` (``prompts.chat_format``) reach the backends that render
+    messages themselves: the shared model server, and an openai chat server (``chat_template_kwargs``).
 
     With ``generation.share_model.enabled`` (hf, vllm), the model is loaded by a model server shared by
     the jobs on this node (the "shared" backend, ``snakeskills.backends.model_server``) instead of by this
@@ -121,7 +125,7 @@ def backend_from_config(
             "models; use hf or vllm for generation, and openai for API models, a teacher or the LLM judge"
         )
     if not spec.needs_local_model:
-        return build_backend(name, **generation[name])
+        return build_backend(name, **generation[name], chat_template_kwargs=chat_template_kwargs)
     share = generation["share_model"]
     if not share["enabled"]:
         return build_backend(name, **local_backend_options(generation, model, model_path, adapter_path, threads))
@@ -135,6 +139,7 @@ def backend_from_config(
         backend=name,
         options=local_backend_options(generation, model, model_path, adapter_path, server_threads),
         chat_template=chat_template,
+        chat_template_kwargs=chat_template_kwargs,
         directory=share["directory"] or default_directory(),
         idle_seconds=share["idle_seconds"],
         jobs_per_load=share["jobs_per_load"],

@@ -16,7 +16,7 @@ the backend settings, the host, the visible GPUs and the SLURM job: jobs of two 
 never share a server that runs on the other's GPUs and dies with the other's job.
 
 Protocol: one JSON object per line over the socket: ``{"op": "hello"}`` then any number of
-``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool}``.
+``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``.
 """
 
 from __future__ import annotations
@@ -110,13 +110,14 @@ class SharedModelBackend:
         backend: str,
         options: dict,
         chat_template: bool,
+        chat_template_kwargs: dict,
         directory: str,
         idle_seconds: float,
         jobs_per_load: int,
     ):
         from snakeskills.gpus import free_idle_servers, node_gpus
 
-        self.chat_template = chat_template
+        self.chat_format = {"chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs}
         self.options = {"backend": backend, **options}
         free_idle_servers(node_gpus(), keep=server_key(self.options))  # other models' idle servers on its GPUs
         folder = private_directory(directory)
@@ -205,7 +206,7 @@ class SharedModelBackend:
                 "op": "generate",
                 "requests": [{"seed": r.seed, "messages": list(r.messages)} for r in requests],
                 "sampling": asdict(sampling),
-                "chat_template": self.chat_template,
+                **self.chat_format,
             }
         )
         results = [GenerationResult(**result) for result in reply["results"]]
@@ -281,7 +282,10 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                     seed=r["seed"],
                     prompt_token_ids=tuple(
                         encode_messages(
-                            r["messages"], chat_template=message["chat_template"], tokenizer=self.backend.tokenizer
+                            r["messages"],
+                            chat_template=message["chat_template"],
+                            chat_template_kwargs=message["chat_template_kwargs"],
+                            tokenizer=self.backend.tokenizer,
                         )
                     ),
                 )

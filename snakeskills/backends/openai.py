@@ -55,6 +55,7 @@ class OpenAIBackend:
         retry_initial_seconds: float,
         request_timeout_seconds: float,
         tokenizer_path: str | None,
+        chat_template_kwargs: dict,
     ):
         try:
             import openai
@@ -81,6 +82,9 @@ class OpenAIBackend:
         self.warned_reasoning = False
         # chat: the server applies its chat template; completions: our rendered text, which the server tokenizes
         self.takes = "messages" if api == "chat" else "text"
+        # the chat API's template variables, sent as the request's chat_template_kwargs (vLLM, SGLang,
+        # transformers serve); the completions API gets text rendered here with them (prompts.format_prompt)
+        self.chat_template_kwargs = chat_template_kwargs
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self.retry_initial_seconds = retry_initial_seconds
@@ -164,8 +168,13 @@ class OpenAIBackend:
         }
         if sampling.stop:
             options["stop"] = list(sampling.stop)
+        extra_body = {}
         if sampling.top_k > 0:
-            options["extra_body"] = {"top_k": sampling.top_k}
+            extra_body["top_k"] = sampling.top_k
+        if self.api == "chat" and self.chat_template_kwargs:
+            extra_body["chat_template_kwargs"] = self.chat_template_kwargs
+        if extra_body:
+            options["extra_body"] = extra_body
         reasoning = None
         if self.api == "chat":
             response = await client.chat.completions.create(messages=list(request.messages), **options)

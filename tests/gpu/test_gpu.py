@@ -201,6 +201,7 @@ def sft_arguments(tiny_folder, tmp_path, method: str, **training) -> dict:
         "lora": default_config()["sft"]["lora"] if method == "lora" else None,
         "training": {**settings, "max_length": 16, **training},
         "chat_template": False,
+        "chat_template_kwargs": {},
         "seed": 0,
         "threads": 4,
         "dtype": "auto",
