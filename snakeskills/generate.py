@@ -123,17 +123,30 @@ class ReasoningReport:
         )
 
 
-def log_model_input(request, backend) -> None:
+def log_model_input(request, backend, reasoning: dict) -> None:
     """Log what the model receives for one row: the exact tokens (special ones written out), the messages
-    or the text, so a job's log shows how its prompts were rendered."""
+    or the text, so a job's log shows how its prompts were rendered. With parse_reasoning, a model input that
+    already ends the thinking (Qwen3's chat template with ``enable_thinking: false`` writes an empty
+    ``<think>\n\n</think>``) stops the job: the texts would be all answer, none would hold the end string, and
+    every generation would be empty."""
     if request.prompt_token_ids is not None:
         ids = list(request.prompt_token_ids)
         text = backend.tokenizer.decode(ids, skip_special_tokens=False)
         logger.info("model input of the first row (%d tokens, ids start %s): %s", len(ids), ids[:8], json.dumps(text))
     elif request.messages is not None:
+        text = None  # rendered by the server
         logger.info("model input of the first row (messages): %s", json.dumps(list(request.messages)))
     else:
+        text = request.prompt
         logger.info("model input of the first row (text): %s", json.dumps(request.prompt))
+    end = reasoning["end_reasoning_string"]
+    if reasoning["parse_reasoning"] and text is not None and text.rstrip().endswith(end.strip()):
+        raise SnakeskillsError(
+            f"parse_reasoning is true but the model input already ends the thinking (it ends with {end!r}, e.g. "
+            "from chat_template_kwargs {enable_thinking: false}): the model's texts are all answer and none will "
+            "hold the end string, so every generation would be empty; set parse_reasoning: false in this model's "
+            "generation section"
+        )
 
 
 def generate_chunk(
@@ -182,7 +195,7 @@ def generate_chunk(
             build_request(backend, prompt_config, record, row_seed(random_seed, record["id"])) for record in batch
         ]
         if first_batch:
-            log_model_input(requests[0], backend)
+            log_model_input(requests[0], backend, reasoning)
             first_batch = False
         results = generate_with_progress(backend, requests, sampling, progress)
         rows = [

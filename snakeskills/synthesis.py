@@ -313,7 +313,7 @@ def llm_contamination_check(
 
     first_asked = next((row for row in rows if row["similar_problem"] is not None), None)
     if first_asked is not None:
-        log_model_input(request_for(first_asked), backend)
+        log_model_input(request_for(first_asked), backend, reasoning)
 
     def check_batch(batch: list[dict]) -> list[dict]:
         checked, _ = ask_judging_model(

@@ -252,3 +252,35 @@ def test_an_openai_chat_server_gets_the_kwargs(qwen3_style):
         assert got == expected
     finally:
         server.stop()
+
+
+def test_parse_reasoning_on_a_prompt_that_ends_the_thinking_stops_the_job(qwen3_style, tmp_path):
+    """enable_thinking false writes the end string into the prompt: no text would hold it, every generation
+    would be empty. The job stops at its first prompt, before anything is written; without parse_reasoning it
+    runs and its texts are the answers."""
+    from snakeskills.generate import generate_chunk
+    from snakeskills.io import read_jsonl, write_jsonl
+
+    write_jsonl(tmp_path / "split.jsonl", RECORDS)
+    backend = hf_backend(qwen3_style, device="cpu", batch_size=4, threads=2)
+
+    def generate(parse_reasoning):
+        return generate_chunk(
+            backend=backend,
+            prepared_path=tmp_path / "split.jsonl",
+            output_path=tmp_path / "out.jsonl",
+            chunk_index=0,
+            num_chunks=1,
+            random_seed=0,
+            prompt_config=prompt(chat_template_kwargs={"enable_thinking": False}),
+            sampling=GREEDY,
+            rows_per_flush=4,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": parse_reasoning, "end_reasoning_string": "</think>"},
+        )
+
+    with pytest.raises(SnakeskillsError, match="the model input already ends the thinking"):
+        generate(parse_reasoning=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["split.jsonl"]  # nothing written
+    assert generate(parse_reasoning=False)["generated_rows"] == 4
+    assert [row["generation"] for row in read_jsonl(tmp_path / "out.jsonl")][1] == "1 + 3 = 4"

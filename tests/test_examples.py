@@ -14,16 +14,32 @@ import yaml
 from conftest import REPO, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
 
-from snakeskills.prompts import load_template_file, template_path
+from snakeskills.prompts import load_template_file, saved_chat_template, template_path
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))
 
 
+# the end of a chat template that reads Qwen3's enable_thinking (the plan checks that the template reads each kwarg)
+ENABLE_THINKING = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think></think>' }}{%- endif %}"
+)
+
+
 def local_folders_for(config: dict, workdir, checkpoint) -> None:
-    """The model folder (a link to the tiny checkpoint) and the local dataset copies the config names."""
+    """The model folder (a link to the tiny checkpoint) and the local dataset copies the config names. For an
+    example with Qwen3's enable_thinking, the folder's files are links but its chat template reads that variable."""
     model = workdir / config["model"]["path"]
     model.parent.mkdir(parents=True, exist_ok=True)
-    model.symlink_to(checkpoint, target_is_directory=True)
+    kwargs = config["prompt"].get("chat_template_kwargs", {})
+    if not kwargs:
+        model.symlink_to(checkpoint, target_is_directory=True)
+    else:
+        assert set(kwargs) == {"enable_thinking"}, "a stand-in template for these kwargs is needed"
+        model.mkdir()
+        for path in checkpoint.iterdir():
+            if path.name != "chat_template.jinja":
+                (model / path.name).symlink_to(path)
+        (model / "chat_template.jinja").write_text(saved_chat_template(checkpoint) + ENABLE_THINKING)
     for spec in config["benchmarks"].values():
         if "hf" in spec:
             WRITERS[spec["preset"]](workdir / spec["hf"]["path"])
@@ -57,6 +73,7 @@ def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, ex
         assert prompt["user"] == template["user"]
         assert prompt["system"] == template.get("system")
         assert prompt["chat_template"] is config["prompt"]["chat_template"]
+        assert prompt["chat_template_kwargs"] == config["prompt"].get("chat_template_kwargs", {})
 
 
 def test_a_user_config_plans_no_arithmetic_job(tmp_path, tiny_checkpoint):
