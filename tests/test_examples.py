@@ -11,35 +11,19 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import REPO, example_model_folder, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
 
-from snakeskills.prompts import load_template_file, saved_chat_template, template_path
+from snakeskills.prompts import load_template_file, template_path
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))
 
 
-# the end of a chat template that reads Qwen3's enable_thinking (the plan checks that the template reads each kwarg)
-ENABLE_THINKING = (
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think></think>' }}{%- endif %}"
-)
-
-
 def local_folders_for(config: dict, workdir, checkpoint) -> None:
-    """The model folder (a link to the tiny checkpoint) and the local dataset copies the config names. For an
-    example with Qwen3's enable_thinking, the folder's files are links but its chat template reads that variable."""
+    """The model folder (a link to the tiny checkpoint) and the local dataset copies the config names."""
     model = workdir / config["model"]["path"]
     model.parent.mkdir(parents=True, exist_ok=True)
-    kwargs = config["prompt"].get("chat_template_kwargs", {})
-    if not kwargs:
-        model.symlink_to(checkpoint, target_is_directory=True)
-    else:
-        assert set(kwargs) == {"enable_thinking"}, "a stand-in template for these kwargs is needed"
-        model.mkdir()
-        for path in checkpoint.iterdir():
-            if path.name != "chat_template.jinja":
-                (model / path.name).symlink_to(path)
-        (model / "chat_template.jinja").write_text(saved_chat_template(checkpoint) + ENABLE_THINKING)
+    example_model_folder(model, checkpoint, config["prompt"].get("chat_template_kwargs", {}))
     for spec in config["benchmarks"].values():
         if "hf" in spec:
             WRITERS[spec["preset"]](workdir / spec["hf"]["path"])

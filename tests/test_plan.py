@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, NO_SERVER, REPO, teacher_section
+from conftest import DEFAULT_CONFIG, NO_SERVER, REPO, example_model_folder, teacher_section
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan import (
@@ -443,15 +443,15 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tin
     for example in sorted((REPO / "config" / "examples").glob("*.yaml")):
         config = yaml.safe_load(example.read_text())
         prepare_config(config)
-        for section in (
-            config["model"],
-            (config["teacher"] or {}).get("model"),
-            (config["judge"]["llm"] or {}).get("model"),
-        ):
-            folder = tmp_path / section["path"] if section and section.get("path") else None
+        sections = [(config["model"], config["prompt"])]
+        for served in (config["teacher"], config["judge"]["llm"]):
+            if served is not None:
+                sections.append((served["model"], served["prompt"]))
+        for section, prompt in sections:
+            folder = tmp_path / section["path"] if section.get("path") else None
             if folder is not None and not folder.exists():
                 folder.parent.mkdir(parents=True, exist_ok=True)
-                folder.symlink_to(tiny_checkpoint, target_is_directory=True)
+                example_model_folder(folder, tiny_checkpoint, prompt["chat_template_kwargs"])
         check_config(config, gpus_available=True)
         check_model_paths(config)
 
