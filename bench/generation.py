@@ -1,7 +1,7 @@
 """HF backend against plain transformers sampling: tokens/s on the same model, prompts and settings.
 
 Usage: python bench/generation.py [--device auto] [--workload random|smollm2] [--shape auto|cpu|qwen0.5b]
-       [--prompts N] [--prompt-tokens N] [--max-new-tokens N] [--batch-size N]
+       [--prompts N] [--prompt-tokens N] [--max-new-tokens N] [--batch-size N] [--dtype float32|bfloat16]
        [--output bench/results/generation[-smollm2]-<device>.json]
 
 Workload ``random`` (the default) builds a Llama-shaped model with random weights and a realistic vocabulary
@@ -124,22 +124,23 @@ def random_workload(arguments, device: str, folder: Path):
 
     shape_name = arguments.shape if arguments.shape != "auto" else ("qwen0.5b" if device == "cuda" else "cpu")
     shape = SHAPES[shape_name]
+    dtype = arguments.dtype or shape["dtype"]
     prompts = arguments.prompts or shape["prompts"]
     prompt_tokens = arguments.prompt_tokens or shape["prompt_tokens"]
     ids = torch.randint(2, VOCABULARY, (prompts, prompt_tokens), generator=torch.Generator().manual_seed(0))
     requests = [GenerationRequest(seed=row, prompt_token_ids=ids[row].tolist()) for row in range(prompts)]
-    save_random_llama(folder, shape["model"], kv_heads=shape["kv_heads"], dtype=shape["dtype"], vocabulary=VOCABULARY)
+    save_random_llama(folder, shape["model"], kv_heads=shape["kv_heads"], dtype=dtype, vocabulary=VOCABULARY)
     backend = HFBackend(
         model_path=str(folder),
         adapter_path=None,
         device=device,
-        dtype=shape["dtype"],
+        dtype=dtype,
         batch_size=arguments.batch_size or prompts,
         trust_remote_code=False,
         threads=arguments.threads,
         compile=False,  # --compile switches it on after the eager runs
     )
-    details = {"shape": shape_name, "vocabulary": VOCABULARY, "dtype": shape["dtype"], "prompt_tokens": prompt_tokens}
+    details = {"shape": shape_name, "vocabulary": VOCABULARY, "dtype": dtype, "prompt_tokens": prompt_tokens}
     return backend, requests, arguments.max_new_tokens or shape["max_new_tokens"], 0.95, details
 
 
@@ -151,10 +152,11 @@ def smollm2_workload(arguments, device: str, folder: Path):
     from snakeskills.pretrained import packaged_model_folder
     from snakeskills.prompts import resolve_prompt
 
-    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    dtype = arguments.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     prompts = arguments.prompts or (1024 if device.startswith("cuda") else 128)
     backend = HFBackend(
         model_path=str(packaged_model_folder("smollm2-135m-instruct")),
+        adapter_path=None,
         device=device,
         dtype=dtype,
         batch_size=arguments.batch_size or (256 if device.startswith("cuda") else 64),
@@ -195,6 +197,11 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--batch-size", type=int)
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        help="the model's dtype (default: the shape's; smollm2: bf16 on CUDA)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each; the best counts")
     parser.add_argument("--compile", action="store_true", help="also time generation.compile (after compiling)")

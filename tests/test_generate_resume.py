@@ -156,3 +156,55 @@ def test_generate_log_says_rows_done_rate_and_eta_each_batch(backend, prepared, 
     )
     assert re.match(pattern, lines[0]), lines[0]
     assert lines[-1].startswith("generate out.jsonl: 40/40 rows (100.0%)") and lines[-1].endswith(", done")
+
+
+def test_bf16_rows_depend_on_the_batch_but_a_resumed_job_still_equals_an_uninterrupted_one(
+    smollm2, tmp_path, monkeypatch
+):
+    """The real SmolLM2 in bf16 on this CPU: a row's logits change in their last bits with its batch, so some
+    sampled rows differ between batch sizes (bench/results/generation-smollm2-cpu-bf16.json: 34 of 64 alike). A
+    resumed job starts at a flush boundary and hands the model the same groups of rows, in the same batches, as
+    the uninterrupted job: its file is byte-identical even in bf16."""
+    from snakeskills.prompts import resolve_prompt
+
+    prepared = tmp_path / "split.jsonl"
+    write_jsonl(
+        prepared, arithmetic_splits(operations=["+"], max_operand=999, split_sizes={"test": 16}, seed=2)["test"]
+    )
+    prompt = resolve_prompt(
+        {
+            "template": "generic-math",
+            "system": None,
+            "user": None,
+            "num_few_shot": None,
+            "chat_template": True,
+            "chat_template_kwargs": {},
+        }
+    )
+    sampling = SamplingParams(temperature=0.7, top_p=1.0, top_k=0, max_new_tokens=32)
+
+    def generate(backend, output):
+        return generate_chunk(
+            backend=backend,
+            prepared_path=prepared,
+            output_path=output,
+            chunk_index=0,
+            num_chunks=1,
+            random_seed=0,
+            prompt_config=prompt,
+            sampling=sampling,
+            rows_per_flush=8,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        )
+
+    batched = hf_backend(smollm2, device="cpu", dtype="bfloat16", batch_size=8, threads=os.cpu_count())
+    generate(batched, tmp_path / "reference.jsonl")
+    run_killed_after_batches(batched, monkeypatch, lambda: generate(batched, tmp_path / "resumed.jsonl"), batches=1)
+    assert generate(batched, tmp_path / "resumed.jsonl")["resumed_rows"] == 8
+    assert (tmp_path / "resumed.jsonl").read_bytes() == (tmp_path / "reference.jsonl").read_bytes()
+
+    alone = hf_backend(smollm2, device="cpu", dtype="bfloat16", batch_size=1, threads=os.cpu_count())
+    generate(alone, tmp_path / "alone.jsonl")
+    texts = [[row["generation"] for row in read_jsonl(tmp_path / name)] for name in ("reference.jsonl", "alone.jsonl")]
+    assert texts[0] != texts[1], "bf16 rows are expected to depend on their batch on this CPU"
