@@ -63,13 +63,28 @@ def text_fields(text: str, key: str, reasoning: dict) -> dict:
     return {key: answer.strip() if end else "", f"_full_{key}": text, f"_{key}_finished_thinking": bool(end)}
 
 
+def result_fields(result, key: str, reasoning: dict) -> dict:
+    """``text_fields`` of a backend's result. A server with a reasoning parser (vLLM's ``--reasoning-parser``,
+    DeepSeek's API) returns the thinking apart (``reasoning_content``) and the answer as the text, without the end
+    string: with parse_reasoning that text is the answer as it is (parsing it would find no end string and leave
+    every answer empty), and the thinking ended unless the text was cut off (``length``) before any answer."""
+    if result.reasoning_content is None or not reasoning["parse_reasoning"]:
+        return text_fields(result.generation, key, reasoning)
+    finished = bool(result.generation.strip()) or result.finish_reason != "length"
+    return {
+        key: result.generation.strip() if finished else "",
+        f"_full_{key}": result.generation,
+        f"_{key}_finished_thinking": finished,
+    }
+
+
 def generated_record(record: dict, result, random_seed: int, reasoning: dict) -> dict:
     """NeMo-Skills' generation fields added to the input record (``error`` only for a soft failure;
     ``reasoning_content`` where an OpenAI-compatible server split the model's reasoning off; the reasoning
     fields of ``text_fields`` with ``parse_reasoning``)."""
     generated = {
         **record,
-        **text_fields(result.generation, "generation", reasoning),
+        **result_fields(result, "generation", reasoning),
         "num_generated_tokens": result.num_generated_tokens,
         "finish_reason": result.finish_reason,
         "random_seed": random_seed,

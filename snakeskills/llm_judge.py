@@ -16,7 +16,7 @@ from pathlib import Path
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
-from snakeskills.generate import ReasoningReport, row_seed, text_fields
+from snakeskills.generate import ReasoningReport, result_fields, row_seed
 from snakeskills.io import fingerprint, read_jsonl
 from snakeskills.progress import Progress, generate_with_progress
 from snakeskills.resumable import process_resumable
@@ -53,7 +53,7 @@ def ask_judging_model(
 
     ``certain(row)`` is the judgement text where the verdict is known without the model (the model is not asked),
     else None: the model answers ``request_for(row)``, and its text becomes the row's ``report.key`` field (with a
-    reasoning judge's fields, ``text_fields``). ``verdict`` gets ``parse_judgement`` of that field."""
+    reasoning judge's fields, ``result_fields``). ``verdict`` gets ``parse_judgement`` of that field."""
     key = report.key
     fields = [{key: text} if (text := certain(row)) is not None else None for row in batch]
     to_ask = [index for index, known in enumerate(fields) if known is None]
@@ -61,7 +61,7 @@ def ask_judging_model(
     requests = [request_for(batch[index]) for index in to_ask]
     results = generate_with_progress(backend, requests, sampling, progress) if requests else []
     for index, result in zip(to_ask, results, strict=True):
-        fields[index] = text_fields(result.generation, key, report.reasoning)
+        fields[index] = result_fields(result, key, report.reasoning)
     report.add([fields[index] for index in to_ask])
     judged = [{**row, **known, verdict: parse_judgement(known[key])} for row, known in zip(batch, fields, strict=True)]
     return judged, len(to_ask)

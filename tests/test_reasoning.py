@@ -8,6 +8,7 @@ package's own message type). Slow test: the tiny default bootstrapped to think b
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 
@@ -16,6 +17,7 @@ from conftest import run_snakemake, shrunk_default_config, write_config
 
 from snakeskills.generate import ReasoningReport, text_fields
 from snakeskills.io import read_jsonl, write_jsonl
+from snakeskills.judge import extract_boxed
 from snakeskills.llm_judge import parse_judgement
 from snakeskills.sft import select_sft_records
 
@@ -218,3 +220,90 @@ def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text
     assert pass_at_1["round1"] > pass_at_1["base"] + 5, pass_at_1  # measured: 42.00 -> 54.25
     logs = [path.read_text() for path in (thinking_run / "logs").rglob("*.log")]
     assert any("texts ended their thinking with '</think>'" in log for log in logs)
+
+
+class ReasoningParserHandler(http.server.BaseHTTPRequestHandler):
+    """Answers /v1/chat/completions as vLLM with ``--reasoning-parser deepseek_r1`` does: the thinking in
+    ``reasoning_content``, the answer (after ``</think>``) in ``content``; a request for 3 tokens is cut off while
+    thinking (content null, finish_reason length)."""
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        problem = request["messages"][-1]["content"]
+        a, b = (int(part) for part in problem.rstrip("=").split("+"))
+        cut = request["max_tokens"] == 3
+        message = {"role": "assistant", "content": None if cut else f"\n\n\\boxed{{{a + b}}}"}
+        message["reasoning_content"] = (
+            f"{a} plus {b}" if cut else f"{a} plus {b} is {a + b}, so \\boxed{{{a}}} is wrong.\n"
+        )
+        body = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "length" if cut else "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3 if cut else 12, "total_tokens": 17},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *arguments):
+        pass
+
+
+@pytest.mark.parametrize("max_new_tokens", [16, 3], ids=["answered", "cut-off-while-thinking"])
+def test_parse_reasoning_with_a_server_that_splits_the_thinking_off(tmp_path, max_new_tokens):
+    """A stub stands in for vLLM's reasoning parser (vLLM cannot run on this CPU-only machine). The answer comes
+    without the end string: with parse_reasoning it is the generation as it is, not an empty one, and the thinking
+    is kept as reasoning_content; a text cut off while thinking answers nothing and did not finish its thinking."""
+    import threading
+
+    from conftest import openai_backend
+
+    from snakeskills.backends import SamplingParams
+    from snakeskills.generate import generate_chunk
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ReasoningParserHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    write_jsonl(tmp_path / "split.jsonl", [{"id": f"p{a}", "problem": f"{a}+{a + 1}="} for a in range(3)])
+    try:
+        backend = openai_backend(
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="r1", api="chat", max_concurrency=2
+        )
+        generate_chunk(
+            backend=backend,
+            prepared_path=tmp_path / "split.jsonl",
+            output_path=tmp_path / "out.jsonl",
+            chunk_index=0,
+            num_chunks=1,
+            random_seed=0,
+            prompt_config={
+                "system": None,
+                "user": "{problem}",
+                "examples": "",
+                "chat_template": True,
+                "chat_template_kwargs": {},
+                "stop": [],
+            },
+            sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens),
+            rows_per_flush=3,
+            fingerprint_files=[],
+            reasoning=PARSE,
+        )
+    finally:
+        server.shutdown()
+    rows = read_jsonl(tmp_path / "out.jsonl")
+    if max_new_tokens == 3:
+        assert [row["generation"] for row in rows] == ["", "", ""]
+        assert not any(row["_generation_finished_thinking"] for row in rows)
+        return
+    assert [row["generation"] for row in rows] == ["\\boxed{1}", "\\boxed{3}", "\\boxed{5}"]
+    assert all(row["_generation_finished_thinking"] for row in rows)
+    assert rows[1]["reasoning_content"] == "1 plus 2 is 3, so \\boxed{1} is wrong.\n"
+    assert rows[1]["_full_generation"] == "\n\n\\boxed{3}"
+    assert [extract_boxed(row["generation"]) for row in rows] == ["1", "3", "5"]
