@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
 import subprocess
 import sys
@@ -56,3 +58,18 @@ class TransformersServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """A stub HTTP server's handler (for what cannot run here, e.g. vLLM): answers with JSON, logs nothing."""
+
+    def send_json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *arguments):
+        pass

@@ -8,13 +8,12 @@ server whose context is too short, which cannot exist on this CPU-only machine; 
 from __future__ import annotations
 
 import http.server
-import json
 import logging
 import threading
 
 import pytest
 from conftest import hf_backend, openai_backend
-from servers import TransformersServer
+from servers import JsonHandler, TransformersServer
 
 from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_splits
@@ -120,7 +119,7 @@ def test_server_stopping_mid_run_fails_cleanly_and_rerun_completes(tiny_checkpoi
         stoppable.stop()
 
 
-class ContextTooShortHandler(http.server.BaseHTTPRequestHandler):
+class ContextTooShortHandler(JsonHandler):
     """Answers /v1/completions like a vLLM server whose max_model_len is exceeded (HTTP 400)."""
 
     seen_authorization: list[str] = []
@@ -128,22 +127,13 @@ class ContextTooShortHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's naming
         self.seen_authorization.append(self.headers.get("Authorization", ""))
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps(
-            {
-                "object": "error",
-                "message": "This model's maximum context length is 32 tokens. However, you requested 900 tokens.",
-                "type": "BadRequestError",
-                "code": 400,
-            }
-        ).encode()
-        self.send_response(400)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *arguments):
-        pass
+        body = {
+            "object": "error",
+            "message": "This model's maximum context length is 32 tokens. However, you requested 900 tokens.",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+        self.send_json(400, body)
 
 
 def test_context_length_error_is_a_soft_failure_and_the_key_stays_secret(prepared, tmp_path, monkeypatch, caplog):

@@ -14,6 +14,7 @@ import logging
 
 import pytest
 from conftest import run_snakemake, shrunk_default_config, write_config
+from servers import JsonHandler
 
 from snakeskills.generate import ReasoningReport, text_fields
 from snakeskills.io import read_jsonl, write_jsonl
@@ -222,7 +223,7 @@ def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text
     assert any("texts ended their thinking with '</think>'" in log for log in logs)
 
 
-class ReasoningParserHandler(http.server.BaseHTTPRequestHandler):
+class ReasoningParserHandler(JsonHandler):
     """Answers /v1/chat/completions as vLLM with ``--reasoning-parser deepseek_r1`` does: the thinking in
     ``reasoning_content``, the answer (after ``</think>``) in ``content``; a request for 3 tokens is cut off while
     thinking (content null, finish_reason length)."""
@@ -236,24 +237,15 @@ class ReasoningParserHandler(http.server.BaseHTTPRequestHandler):
         message["reasoning_content"] = (
             f"{a} plus {b}" if cut else f"{a} plus {b} is {a + b}, so \\boxed{{{a}}} is wrong.\n"
         )
-        body = json.dumps(
-            {
-                "id": "x",
-                "object": "chat.completion",
-                "created": 0,
-                "model": request["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "length" if cut else "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 3 if cut else 12, "total_tokens": 17},
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *arguments):
-        pass
+        body = {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": request["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "length" if cut else "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3 if cut else 12, "total_tokens": 17},
+        }
+        self.send_json(200, body)
 
 
 @pytest.mark.parametrize("max_new_tokens", [16, 3], ids=["answered", "cut-off-while-thinking"])
