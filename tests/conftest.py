@@ -96,6 +96,18 @@ def generation_section(**overrides) -> dict:
     return config["generation"]
 
 
+def resolved_prompt(**settings) -> dict:
+    """A ``prompt`` section of ``settings``, its other keys the schema's defaults (validated as the workflow does),
+    resolved as a job gets it."""
+    from snakeskills.plan import prepare_config
+    from snakeskills.prompts import resolve_prompt
+
+    config = copy.deepcopy(_validated_default())
+    config["prompt"] = settings
+    prepare_config(config)
+    return resolve_prompt(config["prompt"])
+
+
 def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
     """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
     from snakeskills.backends import build_backend, local_backend_options

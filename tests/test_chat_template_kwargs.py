@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import hf_backend, openai_backend
+from conftest import hf_backend, openai_backend, resolved_prompt
 from servers import TransformersServer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
@@ -22,7 +22,6 @@ from snakeskills.prompts import (
     build_messages,
     encode_messages,
     model_input_ids,
-    resolve_prompt,
     saved_chat_template,
     unread_chat_template_kwargs,
 )
@@ -54,17 +53,7 @@ def qwen3_style(smollm2, tmp_path_factory):
 
 
 def prompt(**settings) -> dict:
-    return resolve_prompt(
-        {
-            "template": None,
-            "system": None,
-            "user": "{problem}",
-            "num_few_shot": None,
-            "chat_template": True,
-            "chat_template_kwargs": {},
-            **settings,
-        }
-    )
+    return resolved_prompt(user="{problem}", chat_template=True, **settings)
 
 
 def test_kwargs_reach_the_template_and_sft_prompts_equal_generation_prompts(qwen3_style):

@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 import pytest
-from conftest import hf_backend
+from conftest import hf_backend, resolved_prompt
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -165,22 +165,11 @@ def test_bf16_rows_depend_on_the_batch_but_a_resumed_job_still_equals_an_uninter
     sampled rows differ between batch sizes (bench/results/generation-smollm2-cpu-bf16.json: 34 of 64 alike). A
     resumed job starts at a flush boundary and hands the model the same groups of rows, in the same batches, as
     the uninterrupted job: its file is byte-identical even in bf16."""
-    from snakeskills.prompts import resolve_prompt
-
     prepared = tmp_path / "split.jsonl"
     write_jsonl(
         prepared, arithmetic_splits(operations=["+"], max_operand=999, split_sizes={"test": 16}, seed=2)["test"]
     )
-    prompt = resolve_prompt(
-        {
-            "template": "generic-math",
-            "system": None,
-            "user": None,
-            "num_few_shot": None,
-            "chat_template": True,
-            "chat_template_kwargs": {},
-        }
-    )
+    prompt = resolved_prompt(template="generic-math", chat_template=True)
     sampling = SamplingParams(temperature=0.7, top_p=1.0, top_k=0, max_new_tokens=32)
 
     def generate(backend, output):

@@ -13,7 +13,7 @@ import json
 import logging
 
 import pytest
-from conftest import run_snakemake, shrunk_default_config, write_config
+from conftest import resolved_prompt, run_snakemake, shrunk_default_config, write_config
 from servers import JsonHandler
 
 from snakeskills.generate import ReasoningReport, text_fields
@@ -140,22 +140,13 @@ def test_sft_teaches_the_thinking_a_template_would_drop(smollm2, tmp_path):
     them (the thinking opened by the template), then the whole generated text and EOS. Rendering the conversation
     with the template instead would train on the answer alone."""
     from snakeskills.models import load_tokenizer
-    from snakeskills.prompts import model_input_ids, resolve_prompt
+    from snakeskills.prompts import model_input_ids
     from snakeskills.sft import to_prompt_completion
     from snakeskills.training import tokenize_prompt_completion
 
     tokenizer = load_tokenizer(smollm2, trust_remote_code=False)
     tokenizer.chat_template = R1_STYLE_TEMPLATE
-    prompt = resolve_prompt(
-        {
-            "template": "generic-math",
-            "system": None,
-            "user": None,
-            "num_few_shot": None,
-            "chat_template": True,
-            "chat_template_kwargs": {},
-        }
-    )
+    prompt = resolved_prompt(template="generic-math", chat_template=True)
     record = {"id": "p0", "problem": "What is 17+25?", "expected_answer": "42"}
     prompt_ids = model_input_ids(prompt, record, tokenizer)
     assert tokenizer.decode(prompt_ids).endswith("Assistant: <think>\n")
