@@ -12,6 +12,7 @@ from snakeskills.gpus import planning_for_gpu_nodes
 from snakeskills.plan import (
     Layout,
     Plan,
+    benchmark_judge,
     check_config,
     check_model_paths,
     check_results_dir,
@@ -89,7 +90,8 @@ REPORT_PLOTS = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"] 
 BASE_MODEL = PLAN.base_model
 TUNED_MODELS = PLAN.tuned_models
 EVALUATED_TEACHER = PLAN.evaluated_teacher
-PROMPT = resolve_prompt(config["prompt"])
+# the tiny model bootstraps on its bootstrap benchmark's problems, asked as the student is asked them
+TINY_MODEL_PROMPT = resolve_prompt(PLAN.tiny_model_prompt()) if config["model"]["build_tiny"] else None
 JUDGE_PROMPT = resolve_prompt(config["judge"]["llm"]["prompt"]) if config["judge"]["llm"] else None
 CONTAMINATION_PROMPT = (
     resolve_prompt(config["synthesis"]["decontamination"]["llm_prompt"]) if PLAN.synthesis_llm_check() else None
@@ -151,15 +153,15 @@ def generation_adapter_path(wildcards):
 
 
 def generation_model_config(wildcards):
-    return PLAN.generation_job(wildcards.model, wildcards.split)["model"]
+    return PLAN.generation_job(wildcards.model, wildcards.benchmark, wildcards.split)["model"]
 
 
 def generation_config(wildcards):
-    return PLAN.generation_job(wildcards.model, wildcards.split)["generation"]
+    return PLAN.job_generation(wildcards.model, wildcards.split)
 
 
 def generation_prompt(wildcards):
-    return resolve_prompt(PLAN.generation_job(wildcards.model, wildcards.split)["prompt"])
+    return resolve_prompt(PLAN.generation_job(wildcards.model, wildcards.benchmark, wildcards.split)["prompt"])
 
 
 def generation_job_env(wildcards):
@@ -201,7 +203,13 @@ def sft_judged_files(wildcards):
 
 
 def sft_data_sources(wildcards):
-    return [source for source, _ in PLAN.sft_judged_sources(wildcards.model)]
+    return [source for source, _, _ in PLAN.sft_judged_sources(wildcards.model)]
+
+
+def sft_prompts(wildcards):
+    """The resolved prompt of each SFT source, in sft_judged_files' order (the student's, with its benchmark's
+    question)."""
+    return [resolve_prompt(prompt) for prompt in PLAN.sft_prompts(wildcards.model)]
 
 
 def sft_dataset_name(wildcards):
@@ -214,10 +222,10 @@ def base_model_path(wildcards):
     return PLAN.base_model_folder()
 
 
-def rule_judge_config():
-    """The settings that decide rule-based verdicts (worker count and LLM judge left out: they must not rerun it),
-    as one quoted JSON argument of the judge's shell command."""
-    return JobSettings({key: value for key, value in config["judge"].items() if key not in ("llm", "threads")})
+def rule_judge_config(wildcards) -> JobSettings:
+    """The settings that decide a benchmark's rule-based verdicts (worker count and LLM judge left out: they must not
+    rerun it), as one quoted JSON argument of the judge's shell command."""
+    return JobSettings(benchmark_judge(config, wildcards.benchmark))
 
 
 def judge_threads():

@@ -6,7 +6,7 @@ rule judge:
     output:
         JUDGED_CHUNK,
     params:
-        judge=rule_judge_config(),
+        judge=rule_judge_config,
     log:
         LOGS / "judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: judge_threads()

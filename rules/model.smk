@@ -5,7 +5,7 @@ rule build_tiny_model:
         checkpoint=directory(CHECKPOINT),
     params:
         tiny_model=config.get("tiny_model"),
-        prompt=PROMPT,
+        prompt=TINY_MODEL_PROMPT,
     log:
         LOGS / "build_tiny_model/{model}.log",
     wildcard_constraints:

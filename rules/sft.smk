@@ -7,7 +7,7 @@ rule sft_data:
         alpaca=SFT_ALPACA,
         dataset_info=SFT_DATASET_INFO,
     params:
-        prompt=PROMPT,
+        prompts=sft_prompts,
         filters=config["sft"]["filters"],
         sources=sft_data_sources,
         dataset_name=sft_dataset_name,

@@ -92,7 +92,7 @@ rule synthesis_label:
         judged=SYNTHESIS_JUDGED,
         stats=SYNTHESIS_LABEL_STATS,
     params:
-        judge=rule_judge_config(),
+        judge=rule_judge_config,
         min_agreement=config["synthesis"]["label"]["min_agreement"] if config["synthesis"] else None,
         exact_answer=synthesis_exact_answer,
         solver=synthesis_solver,

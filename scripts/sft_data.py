@@ -5,7 +5,7 @@ with script_logging(snakemake.log[0]) as logger:
     counts = write_sft_dataset(
         list(snakemake.input),
         snakemake.params.sources,
-        snakemake.params.prompt,
+        snakemake.params.prompts,
         snakemake.params.filters,
         snakemake.output.data,
         snakemake.output.stats,

@@ -9,6 +9,10 @@ Equivalence (``judge.equivalence``):
   comparisons run in worker processes with a hard per-sample time limit (see ``timed_pool``); a
   sample over the limit counts as incorrect and is logged.
 - ``exact``: normalised string equality or equal exact rationals (``0.5`` == ``1/2``); no sympy.
+
+Multiple choice (``judge.extraction: multichoice``, a benchmark whose ``expected_answer`` is an option letter):
+the predicted answer is one letter, from the last ``\\boxed{}`` (or ``judge.regex``), else from the last
+``Answer: X`` line, and it is correct when it is the expected letter; ``judge.equivalence`` is not used.
 """
 
 from __future__ import annotations
@@ -46,26 +50,61 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+EXTRACTION_METHODS = ("boxed", "regex", "multichoice")
+# "Answer: C", "**Answer:** (C)", "answer: c": the answer line multiple-choice prompts ask for
+_ANSWER_LINE = re.compile(r"(?i)[*_]{0,2}answer[*_]{0,2}\s*:[\s*_]{0,2}\s*\(?([A-Z])(?![a-zA-Z0-9])")
+# a capital letter standing alone: "C", "(C)", "C. 42", "\text{C}"
+_LONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Z](?![A-Za-z0-9])")
+
+
+def _last_regex_match(text: str, regex: str | None) -> str | None:
+    if not regex:
+        return None
+    matches = list(re.finditer(regex, text))
+    if not matches:
+        return None
+    last = matches[-1]
+    return last.group(1) if last.groups() else last.group(0)
+
+
+def extract_choice(text: str, *, regex: str | None) -> str | None:
+    """The option letter a multiple-choice generation answers: the last capital letter standing alone in its last
+    ``\\boxed{}`` (or, without one, in the last match of ``regex``), else the letter of its last ``Answer: X``
+    line (any case, markdown emphasis allowed); upper case, ``None`` when there is none."""
+    answer = extract_boxed(text)
+    if answer is None:
+        answer = _last_regex_match(text, regex)
+    if answer is not None:
+        letters = _LONE_LETTER.findall(re.sub(r"\\[a-zA-Z]+", " ", answer))  # "\text{B}", "\mathrm{B}": B
+        if letters:
+            return letters[-1]
+    lines = _ANSWER_LINE.findall(text)
+    return lines[-1].upper() if lines else None
+
+
 def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
     """The predicted answer of one generation.
 
     ``method: boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match,
-    first group if it has one) when given; ``method: regex`` uses only the regex.
+    first group if it has one) when given; ``method: regex`` uses only the regex; ``method: multichoice`` an
+    option letter (``extract_choice``).
     """
-    answer = None
-    if method == "boxed":
-        answer = extract_boxed(text)
-    elif method != "regex":
-        raise SnakeskillsError(f"judge.extraction: unknown method {method!r}; known: boxed, regex")
-    if answer is None and regex:
-        matches = list(re.finditer(regex, text))
-        if matches:
-            last = matches[-1]
-            answer = last.group(1) if last.groups() else last.group(0)
+    if method not in EXTRACTION_METHODS:
+        raise SnakeskillsError(f"judge.extraction: unknown method {method!r}; known: {', '.join(EXTRACTION_METHODS)}")
+    if method == "multichoice":
+        return extract_choice(text, regex=regex)
+    answer = extract_boxed(text) if method == "boxed" else None
+    if answer is None:
+        answer = _last_regex_match(text, regex)
     if answer is None:
         return None
     answer = answer.strip()
     return answer if answer else None
+
+
+def choice_match(predicted: str | None, expected: str) -> bool:
+    """A multiple-choice verdict: the predicted option letter is the expected one (either case)."""
+    return predicted is not None and predicted.upper() == str(expected).strip().upper()
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
@@ -220,13 +259,17 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
         extract_answer(record["generation"], method=judge_config["extraction"], regex=judge_config["regex"])
         for record in records
     ]
-    verdicts = symbolic_verdicts(
-        [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)],
-        equivalence=judge_config["equivalence"],
-        num_workers=num_workers,
-        timeout_seconds=judge_config["timeout_seconds"],
-        memory_limit_mb=judge_config["memory_limit_mb"],
-    )
+    pairs = [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)]
+    if judge_config["extraction"] == "multichoice":
+        verdicts = [choice_match(answer, expected) for expected, answer in pairs]
+    else:
+        verdicts = symbolic_verdicts(
+            pairs,
+            equivalence=judge_config["equivalence"],
+            num_workers=num_workers,
+            timeout_seconds=judge_config["timeout_seconds"],
+            memory_limit_mb=judge_config["memory_limit_mb"],
+        )
     return [
         {**record, "predicted_answer": answer, "symbolic_correct": verdict}
         for record, answer, verdict in zip(records, predicted, verdicts, strict=True)

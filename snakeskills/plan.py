@@ -127,6 +127,32 @@ def generation_sections(config: dict) -> dict[str, dict]:
     return sections
 
 
+ASKED_PROMPT_KEYS = ("template", "system", "user", "num_few_shot")
+JUDGE_RULE_KEYS = ("extraction", "regex", "equivalence", "timeout_seconds", "memory_limit_mb")
+
+
+def benchmark_prompt(prompt: dict, benchmark_spec: dict) -> dict:
+    """The prompt section a model answers a benchmark's problems with: the model's ``prompt``, whose question
+    (template, system, user, num_few_shot) the benchmark's own ``prompt`` replaces when it gives one; the chat
+    template settings stay the model's."""
+    asked = benchmark_spec["prompt"]
+    if not asked:
+        return prompt
+    return {**prompt, **dict.fromkeys(ASKED_PROMPT_KEYS), **asked}
+
+
+def benchmark_judge(config: dict, benchmark: str) -> dict:
+    """The rule-based judge's settings for one benchmark's answers: ``judge``'s, with the benchmark's own ``judge``
+    keys (extraction, regex, equivalence) in their place (worker count and LLM judge left out)."""
+    return {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
+
+
+def is_multiple_choice(config: dict, benchmark: str) -> bool:
+    """A benchmark whose answers are option letters: its rows are made multiple-choice, or it is judged so."""
+    spec = config["benchmarks"][benchmark]
+    return spec["multiple_choice"] is not None or benchmark_judge(config, benchmark)["extraction"] == "multichoice"
+
+
 def check_config(config: dict, *, gpus_available: bool) -> None:
     """Cross-key checks the JSON schema cannot express; each names the key at fault.
 
@@ -144,13 +170,8 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
             raise SnakeskillsError("config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks")
     check_model_name(model["name"], "model.name")
     _check_splits(config)
-    if config["judge"]["regex"] is not None:
-        try:
-            re.compile(config["judge"]["regex"])
-        except re.error as error:
-            raise SnakeskillsError(
-                f"config key judge.regex: {config['judge']['regex']!r} does not compile: {error}"
-            ) from None
+    _check_regex(config["judge"]["regex"], "judge.regex")
+    _check_benchmark_questions(config)
     for key, section in generation_sections(config).items():
         backend_spec(section).check(section, key)
         _check_reasoning(section, key)
@@ -225,6 +246,35 @@ def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: di
         raise SnakeskillsError(f"config key {key}.{problem} (the chat template of {source})")
 
 
+def _check_regex(pattern: str | None, key: str) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise SnakeskillsError(f"config key {key}: {pattern!r} does not compile: {error}") from None
+
+
+def _check_benchmark_questions(config: dict) -> None:
+    """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that parse), its own judge
+    regex compile, and a multiple-choice benchmark be judged as one: a math judge would compare letters with
+    math-verify."""
+    from snakeskills.prompts import resolve_prompt
+
+    resolve_prompt(config["prompt"])
+    for benchmark, spec in config["benchmarks"].items():
+        key = f"benchmarks.{benchmark}"
+        _check_regex(spec["judge"].get("regex"), f"{key}.judge.regex")
+        if spec["prompt"]:
+            resolve_prompt(benchmark_prompt(config["prompt"], spec), f"{key}.prompt")
+        if spec["multiple_choice"] is not None and benchmark_judge(config, benchmark)["extraction"] != "multichoice":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
+                f"are option letters) but is judged with extraction "
+                f"{benchmark_judge(config, benchmark)['extraction']!r}; set {key}.judge: {{extraction: multichoice}}"
+            )
+
+
 def _check_reasoning(generation: dict, key: str) -> None:
     """A stop string that cuts a reasoning model's text at (or before) the end of its thinking would leave every
     generation without an answer."""
@@ -270,14 +320,14 @@ def _check_synthesis(config: dict) -> None:
                 "config key synthesis.label.prompt (how the writer is asked to solve) is required when "
                 "synthesis.label.solver is writer and synthesis.writer is own"
             )
-    pattern = synthesis["filter"]["pattern"]
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as error:
+    _check_regex(synthesis["filter"]["pattern"], "synthesis.filter.pattern")
+    for benchmark in config["train_benchmarks"]:
+        if is_multiple_choice(config, benchmark):
             raise SnakeskillsError(
-                f"config key synthesis.filter.pattern: {pattern!r} is not a regular expression ({error})"
-            ) from None
+                f"config key synthesis: train benchmark {benchmark!r} is multiple-choice, and synthesis writes "
+                "open-answer problems labelled by majority vote; train on it without synthesis (synthesis: null), or "
+                "leave it out of train_benchmarks"
+            )
     checker = synthesis["decontamination"]["llm_check"]
     section = {"judge": "judge.llm", "teacher": "teacher"}.get(checker)
     if checker is not None and (config["judge"]["llm"] if checker == "judge" else config["teacher"]) is None:
@@ -620,6 +670,11 @@ class Plan:
         """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
         return [self.layout.checkpoint.format(model=self.base_model)] if self.config["model"]["build_tiny"] else []
 
+    def tiny_model_prompt(self) -> dict:
+        """The prompt the tiny model bootstraps with: the student's, with its bootstrap benchmark's question."""
+        benchmark = self.config["tiny_model"]["bootstrap_benchmark"]
+        return benchmark_prompt(self.config["prompt"], self.config["benchmarks"][benchmark])
+
     def sampling_section(self, model: str) -> dict:
         """The config section that says how ``model`` samples (model, prompt, generation): the teacher's own, an
         own synthesis writer's (solving with synthesis.label.prompt), or the student's (every other model)."""
@@ -634,17 +689,25 @@ class Plan:
             }
         return self.config
 
-    def generation_job(self, model: str, split: str) -> dict:
-        """What ``model``'s generate jobs on ``split`` run with: model, generation and prompt sections. Writing new
-        problems (a synthesis sources split) uses synthesis.prompt, and synthesis.sampling for a teacher or student
-        writer; everything else the model's own sections."""
+    def job_generation(self, model: str, split: str) -> dict:
+        """The generation section ``model``'s generate jobs on ``split`` run with: the model's own, with
+        synthesis.sampling in place of its sampling where a teacher or student writer writes new problems (a
+        synthesis sources split)."""
+        generation = self.sampling_section(model)["generation"]
+        if synthesis_split_part(split) == "sources" and self.synthesis["sampling"] is not None:
+            return {**generation, "sampling": self.synthesis["sampling"]}
+        return generation
+
+    def generation_job(self, model: str, benchmark: str, split: str) -> dict:
+        """What ``model``'s generate jobs on ``benchmark``'s ``split`` run with: model, generation
+        (``job_generation``) and prompt sections. Writing new problems (a synthesis sources split) uses
+        synthesis.prompt; answering, the model's prompt with the benchmark's question (``benchmark_prompt``)."""
         section = self.sampling_section(model)
-        job = {"model": section["model"], "generation": section["generation"], "prompt": section["prompt"]}
         if synthesis_split_part(split) == "sources":
-            job["prompt"] = self.synthesis["prompt"]
-            if self.synthesis["sampling"] is not None:
-                job["generation"] = {**job["generation"], "sampling": self.synthesis["sampling"]}
-        return job
+            prompt = self.synthesis["prompt"]
+        else:
+            prompt = benchmark_prompt(section["prompt"], self.config["benchmarks"][benchmark])
+        return {"model": section["model"], "generation": self.job_generation(model, split), "prompt": prompt}
 
     def generation_model_path(self, model: str) -> str | None:
         """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model;
@@ -695,12 +758,12 @@ class Plan:
 
     def generation_gpus(self, model: str, split: str, gpus_available: bool) -> int:
         """GPUs of one of ``model``'s generate jobs (its backend's; none for a teacher behind an openai server)."""
-        generation = self.generation_job(model, split)["generation"]
+        generation = self.job_generation(model, split)
         return backend_spec(generation).job_gpus(generation, gpus_available)
 
     def generation_env(self, model: str, split: str) -> str:
         """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
-        return backend_spec(self.generation_job(model, split)["generation"]).conda_env
+        return backend_spec(self.job_generation(model, split)).conda_env
 
     def llm_judge_generation(self) -> dict:
         """The LLM judge's generation section (judge.llm.generation); the student's when there is no LLM judge
@@ -738,23 +801,32 @@ class Plan:
         round_number = int(model.removeprefix("round"))
         return [round_number] if self.config["sft"]["rounds_data"] == "replace" else list(range(1, round_number + 1))
 
-    def sft_judged_sources(self, model: str) -> list[tuple[str, str]]:
-        """(source, judged file) of everything ``model``'s SFT data is filtered from: each train-split seed file
-        with the model that wrote it, and the solver's samples of each synthesized split, as "synthesized"."""
+    def sft_judged_sources(self, model: str) -> list[tuple[str, str, str]]:
+        """(source, benchmark, judged file) of everything ``model``'s SFT data is filtered from: each train-split
+        seed file with the model that wrote it, and the solver's samples of each synthesized split, as
+        "synthesized"."""
         split = self.config["train_split"]
         sources = [
-            (source, self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed))
+            (source, benchmark, self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed))
             for source, benchmark, seed in self.sft_judged_runs(model)
         ]
         sources += [
-            ("synthesized", self.layout.synthesis_judged.format(round=round_number, benchmark=benchmark))
+            ("synthesized", benchmark, self.layout.synthesis_judged.format(round=round_number, benchmark=benchmark))
             for round_number in self.sft_synthesis_rounds(model)
             for benchmark in self.config["train_benchmarks"]
         ]
         return sources
 
     def sft_judged_files(self, model: str) -> list[str]:
-        return [path for _, path in self.sft_judged_sources(model)]
+        return [path for _, _, path in self.sft_judged_sources(model)]
+
+    def sft_prompts(self, model: str) -> list[dict]:
+        """The prompt section of each of ``model``'s SFT sources (``sft_judged_sources``): the student's, with the
+        source benchmark's question, so that an example is what the student is asked on that benchmark."""
+        return [
+            benchmark_prompt(self.config["prompt"], self.config["benchmarks"][benchmark])
+            for _, benchmark, _ in self.sft_judged_sources(model)
+        ]
 
     # ---- problem synthesis
 

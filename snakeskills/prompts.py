@@ -93,18 +93,19 @@ def render_examples(few_shot: dict | None, num_examples: int | None, where: str)
     return "".join(fill_template(few_shot["template"], example) + separator for example in examples)
 
 
-def resolve_prompt(prompt_config: dict) -> dict:
-    """The config's ``prompt`` section -> a resolved prompt (template file read, few-shot block rendered)."""
+def resolve_prompt(prompt_config: dict, key: str = "prompt") -> dict:
+    """A config prompt section (``key`` names it in errors) -> a resolved prompt (template file read, few-shot
+    block rendered)."""
     content: dict = {}
-    where = "config key prompt"
+    where = f"config key {key}"
     if prompt_config["template"] is not None:
-        path = template_path(prompt_config["template"], "prompt.template")
+        path = template_path(prompt_config["template"], f"{key}.template")
         content = load_template_file(path)
         where = str(path)
     system = prompt_config["system"] if prompt_config["system"] is not None else content.get("system")
     user = prompt_config["user"] if prompt_config["user"] is not None else content.get("user")
     if user is None:
-        raise SnakeskillsError("config key prompt.user is required unless prompt.template gives a user template")
+        raise SnakeskillsError(f"config key {key}.user is required unless {key}.template gives a user template")
     for name, text in (("system", system), ("user", user)):
         if text is not None:
             check_template(text, f"{where} ({name})")

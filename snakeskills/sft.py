@@ -49,23 +49,26 @@ def trained_text(row: dict) -> str:
 
 
 def select_sft_records(
-    judged_paths: list[str | Path], sources: list[str], prompt_config: dict, filters: dict
+    judged_paths: list[str | Path], sources: list[str], prompts: list[dict], filters: dict
 ) -> tuple[list[dict], dict]:
     """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations; returns (records,
     counts per filter, and the kept examples per source).
 
     ``sources`` names the model that wrote each judged file (a teacher, the base model, a round): it becomes each
-    example's ``generated_by``. The generation is kept as text; ``prompt_config`` is the student's prompt, so the
-    example is what the student is asked, answered by whichever model wrote the generation.
+    example's ``generated_by``. The generation is kept as text; ``prompts`` holds each file's resolved prompt, the
+    student's with the file's benchmark question, so the example is what the student is asked on that benchmark,
+    answered by whichever model wrote the generation.
     """
-    if len(sources) != len(judged_paths):
-        raise SnakeskillsError(f"{len(judged_paths)} judged files but {len(sources)} sources naming their models")
+    if not len(sources) == len(prompts) == len(judged_paths):
+        raise SnakeskillsError(
+            f"{len(judged_paths)} judged files but {len(sources)} sources naming their models and {len(prompts)} prompts"
+        )
     counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
     seen = set()
     kept_per_problem: dict[str, int] = {}
     kept_by_source = dict.fromkeys(sources, 0)
     records = []
-    for path, source in zip(judged_paths, sources, strict=True):
+    for path, source, prompt in zip(judged_paths, sources, prompts, strict=True):
         for row_number, row in enumerate(iter_jsonl(path), start=1):
             counts["judged"] += 1
             if "_generation_finished_thinking" in row:  # parse_reasoning: a text that never ended its thinking
@@ -92,7 +95,7 @@ def select_sft_records(
                 continue
             seen.add(key)
             kept_per_problem[row["id"]] = kept_per_problem.get(row["id"], 0) + 1
-            messages = build_messages(prompt_config, row) + [{"role": "assistant", "content": text}]
+            messages = build_messages(prompt, row) + [{"role": "assistant", "content": text}]
             records.append(
                 {
                     "id": row["id"],
@@ -109,8 +112,8 @@ def select_sft_records(
     return records, counts
 
 
-def write_sft_dataset(judged_paths, sources, prompt_config, filters, output_path, stats_path) -> dict:
-    records, counts = select_sft_records(judged_paths, sources, prompt_config, filters)
+def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stats_path) -> dict:
+    records, counts = select_sft_records(judged_paths, sources, prompts, filters)
     if not records and counts.get("unfinished_thinking") == counts["judged"]:
         raise SnakeskillsError(
             f"no SFT examples: none of the {counts['judged']} generations ended its thinking, so none has an "

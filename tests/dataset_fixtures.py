@@ -2,11 +2,14 @@
 
 Each ``write_*`` function writes a folder that ``datasets.load_dataset(folder, name, split=...)`` loads
 exactly as it loads the Hub repository (same config names, data file paths and column types), so tests
-run the presets' real code path with no network. The problems are real public ones (some solutions shortened).
+run the presets' real code path with no network. The problems are real public ones (some solutions shortened),
+except GPQA's and MMLU-Pro's: GPQA asks that its questions not be reproduced, so its rows here are written in its
+schema, and so are MMLU-Pro's (its real questions run to ten long options).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -208,4 +211,144 @@ def write_aime25(folder: Path) -> Path:
     return folder
 
 
-WRITERS = {"gsm8k": write_gsm8k, "math-500": write_math500, "aime24": write_aime24, "aime25": write_aime25}
+MMLU_TEST = [
+    {
+        "question": "Find the degree for the given field extension Q(sqrt(2), sqrt(3), sqrt(18)) over Q.",
+        "subject": "abstract_algebra",
+        "choices": ["0", "4", "2", "6"],
+        "answer": 1,
+    },
+    {
+        "question": "Let p = (1, 2, 5, 4)(2, 3) in S_5 . Find the index of <p> in S_5.",
+        "subject": "abstract_algebra",
+        "choices": ["8", "2", "24", "120"],
+        "answer": 2,
+    },
+]
+MMLU_PRO_TEST = [
+    {
+        "question_id": 70,
+        "question": "A gas is compressed at constant temperature to half its volume. By what factor does its "
+        "pressure change?",
+        "options": ["1/4", "1/2", "1", "2", "4", "8"],
+        "answer": "D",
+        "answer_index": 3,
+        "cot_content": "",
+        "category": "physics",
+        "src": "written-for-tests",
+    },
+    {
+        "question_id": 71,
+        "question": "Which of these numbers is prime?",
+        "options": ["21", "27", "33", "37", "39", "45", "49", "51", "55", "57"],
+        "answer": "D",
+        "answer_index": 3,
+        "cot_content": "",
+        "category": "math",
+        "src": "written-for-tests",
+    },
+]
+GPQA_COLUMNS = [
+    "Pre-Revision Question",
+    "Question",
+    "Correct Answer",
+    "Incorrect Answer 1",
+    "Incorrect Answer 2",
+    "Incorrect Answer 3",
+    "Explanation",
+    "Record ID",
+    "High-level domain",
+    "Subdomain",
+]
+GPQA_DIAMOND = [
+    {
+        "Question": "Which particle mediates the electromagnetic force?",
+        "Correct Answer": "The photon",
+        "Incorrect Answer 1": "The gluon",
+        "Incorrect Answer 2": " The W boson",
+        "Incorrect Answer 3": "The graviton",
+        "Explanation": "Written for tests in GPQA's schema.",
+        "Record ID": "recTEST0001",
+        "High-level domain": "Physics",
+        "Subdomain": "Physics (general)",
+    },
+    {
+        "Question": "What is the oxidation state of manganese in KMnO4?",
+        "Correct Answer": "+7",
+        "Incorrect Answer 1": "+2",
+        "Incorrect Answer 2": "+4",
+        "Incorrect Answer 3": "+6",
+        "Explanation": "Written for tests in GPQA's schema.",
+        "Record ID": "recTEST0002",
+        "High-level domain": "Chemistry",
+        "Subdomain": "Inorganic Chemistry",
+    },
+]
+
+
+def write_mmlu(folder: Path) -> Path:
+    """cais/mmlu: config ``all`` (and one per subject), ``all/{split}-00000-of-00001.parquet``; answer a
+    ClassLabel (int64 0-3, names A-D), choices a list of strings."""
+    schema = pyarrow.schema(
+        [
+            ("question", pyarrow.string()),
+            ("subject", pyarrow.string()),
+            ("choices", pyarrow.list_(pyarrow.string())),
+            ("answer", pyarrow.int64()),
+        ]
+    )
+    for split in ("test", "validation", "dev", "auxiliary_train"):
+        write_parquet(folder / f"all/{split}-00000-of-00001.parquet", MMLU_TEST, schema)
+    labels = "".join(f"          '{index}': {letter}\n" for index, letter in enumerate("ABCD"))
+    features = (
+        "  features:\n  - name: question\n    dtype: string\n  - name: subject\n    dtype: string\n"
+        "  - name: choices\n    sequence: string\n  - name: answer\n    dtype:\n      class_label:\n"
+        f"        names:\n{labels}"
+    )
+    files = "".join(f"  - split: {split}\n    path: all/{split}-*\n" for split in ("test", "validation", "dev"))
+    files += "  - split: auxiliary_train\n    path: all/auxiliary_train-*\n"
+    front_matter = f"dataset_info:\n- config_name: all\n{features}configs:\n- config_name: all\n  data_files:\n{files}"
+    write_card(folder, front_matter, "Dataset Card for MMLU")
+    return folder
+
+
+def write_mmlu_pro(folder: Path) -> Path:
+    """TIGER-Lab/MMLU-Pro: default config, ``data/{split}-00000-of-00001.parquet``; options a list of up to ten
+    strings, answer the letter."""
+    columns = [("question_id", pyarrow.int64()), ("question", pyarrow.string())]
+    columns += [("options", pyarrow.list_(pyarrow.string())), ("answer", pyarrow.string())]
+    columns += [("answer_index", pyarrow.int64())]
+    columns += [(name, pyarrow.string()) for name in ("cot_content", "category", "src")]
+    schema = pyarrow.schema(columns)
+    write_parquet(folder / "data/test-00000-of-00001.parquet", MMLU_PRO_TEST, schema)
+    write_parquet(folder / "data/validation-00000-of-00001.parquet", MMLU_PRO_TEST[:1], schema)
+    front_matter = (
+        "configs:\n- config_name: default\n  data_files:\n  - split: test\n    path: data/test-*\n"
+        "  - split: validation\n    path: data/validation-*\n"
+    )
+    write_card(folder, front_matter, "MMLU-Pro Dataset")
+    return folder
+
+
+def write_gpqa(folder: Path) -> Path:
+    """Idavidrein/gpqa: one CSV per config (``gpqa_diamond.csv`` is config gpqa_diamond), split train only."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "gpqa_diamond.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=GPQA_COLUMNS)
+        writer.writeheader()
+        for row in GPQA_DIAMOND:
+            writer.writerow({"Pre-Revision Question": row["Question"], **row})
+    front_matter = "configs:\n- config_name: gpqa_diamond\n  data_files: gpqa_diamond.csv\n"
+    write_card(folder, front_matter, "Dataset Card for GPQA")
+    return folder
+
+
+WRITERS = {
+    "gsm8k": write_gsm8k,
+    "math-500": write_math500,
+    "aime24": write_aime24,
+    "aime25": write_aime25,
+    "mmlu": write_mmlu,
+    "mmlu-pro": write_mmlu_pro,
+    "gpqa-diamond": write_gpqa,
+}

@@ -110,6 +110,14 @@ def env_of(rule, model):
     return rule.conda_env(SimpleNamespace(model=model, split="train")) if callable(rule.conda_env) else rule.conda_env
 
 
+def param_type(value) -> str:
+    # a param's type name; a params function counts as the type it returns (its return annotation)
+    if not callable(value):
+        return type(value).__name__
+    returned = value.__annotations__.get("return")
+    return getattr(returned, "__name__", str(returned))
+
+
 snakefile, configfile, workdir = map(Path, sys.argv[1:4])
 with SnakemakeApi(OutputSettings()) as api:
     workflow = api.workflow(
@@ -126,7 +134,7 @@ with SnakemakeApi(OutputSettings()) as api:
             "snakefile": str(rule.snakefile),
             "runs": bool(rule.script or rule.shellcmd),
             "shellcmd": rule.shellcmd,
-            "param_types": {name: type(value).__name__ for name, value in rule.params.items()},
+            "param_types": {name: param_type(value) for name, value in rule.params.items()},
         }
         for rule in workflow.rules
     }

@@ -502,7 +502,7 @@ OWN_WRITER = {
         ),
         (
             with_synthesis(**{**OWN_WRITER, "filter": {"pattern": "^(\\d+"}, "label": {"solver": "student"}}),
-            "config key synthesis.filter.pattern: '^(\\\\d+' is not a regular expression (missing ),",
+            "config key synthesis.filter.pattern: '^(\\\\d+' does not compile: missing ),",
         ),
         (
             with_synthesis(**{**OWN_WRITER, "sampling": {"max_new_tokens": 9}, "label": {"solver": "student"}}),
@@ -558,10 +558,10 @@ def test_synthesis_splits_jobs_and_seeds():
     assert plan.seeds("base", "synth-round1-sources") == [0, 1, 2]
     assert plan.seeds("round1", "synth-round2-problems") == [0, 1, 2, 3, 4]
     assert plan.seeds("base", "train") == [0, 1, 2, 3]
-    writing = plan.generation_job("base", "synth-round1-sources")
+    writing = plan.generation_job("base", "arithmetic", "synth-round1-sources")
     assert writing["prompt"]["template"] == "augment-math-problem"
     assert writing["generation"] == plan.config["generation"], "no synthesis.sampling: the student's own sampling"
-    solving = plan.generation_job("base", "synth-round1-problems")
+    solving = plan.generation_job("base", "arithmetic", "synth-round1-problems")
     assert solving["prompt"] == plan.config["prompt"]
     assert plan.synthesis_writer_files(1, "arithmetic") == [
         f"results/tiny-arithmetic/generate/base/arithmetic/synth-round1-sources/rs{seed}/chunk{chunk}-of-2.jsonl"
@@ -617,17 +617,17 @@ def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
             label={"solver": "teacher"},
         )
     )
-    writing = plan.generation_job("teacher", "synth-round1-sources")
+    writing = plan.generation_job("teacher", "arithmetic", "synth-round1-sources")
     assert writing["generation"]["backend"] == "openai" and writing["generation"]["sampling"]["max_new_tokens"] == 80
-    assert plan.generation_job("teacher", "train")["generation"]["sampling"]["max_new_tokens"] != 80
-    assert plan.generation_job("teacher", "synth-round1-problems")["prompt"]["user"] == "{problem}="
+    assert plan.generation_job("teacher", "arithmetic", "train")["generation"]["sampling"]["max_new_tokens"] != 80
+    assert plan.generation_job("teacher", "arithmetic", "synth-round1-problems")["prompt"]["user"] == "{problem}="
     assert plan.synthesis_solver(1) == "teacher" and plan.generation_gpus("teacher", "synth-round1-sources", True) == 0
 
 
 def test_own_writer_solves_with_its_label_prompt_and_loads_nothing_of_the_student():
     settings = {**OWN_WRITER, "label": {"solver": "writer", "prompt": {"user": "Solve: {problem}"}}}
     plan = plan_of(with_synthesis(**settings))
-    assert plan.generation_job("writer", "synth-round1-problems")["prompt"]["user"] == "Solve: {problem}"
+    assert plan.generation_job("writer", "arithmetic", "synth-round1-problems")["prompt"]["user"] == "Solve: {problem}"
     assert plan.generation_model_inputs("writer") == [] and plan.generation_adapter_path("writer") is None
     assert plan.generation_env("writer", "synth-round1-sources") == "../envs/generate-openai.yaml"
 
@@ -651,8 +651,8 @@ def test_sft_pools_synthesized_problems_as_configured(sft_data, rounds_data, pro
         ),
         rounds=2,
     )
-    assert [source for source, _ in plan.sft_judged_sources("round2")] == round2_sources
-    synthesized = [path for source, path in plan.sft_judged_sources("round2") if source == "synthesized"]
+    assert [source for source, _, _ in plan.sft_judged_sources("round2")] == round2_sources
+    synthesized = [path for source, _, path in plan.sft_judged_sources("round2") if source == "synthesized"]
     assert synthesized[-1] == "results/tiny-arithmetic/synthesis/round2/arithmetic/judged.jsonl"
     assert plan.train_sampled_models() == train_sampled, "only failures or SFT sources sample the train split"
 

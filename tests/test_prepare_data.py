@@ -64,7 +64,7 @@ def preset_on_fixture(preset: str, folder: Path, **overrides) -> dict:
 def test_presets_ship_and_match_the_schema():
     import jsonschema
 
-    assert known_presets() == ["aime24", "aime25", "gsm8k", "math-500"]
+    assert known_presets() == ["aime24", "aime25", "gpqa-diamond", "gsm8k", "math-500", "mmlu", "mmlu-pro"]
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     spec_schema = schema["properties"]["benchmarks"]["additionalProperties"]
     for preset in known_presets():
@@ -282,7 +282,7 @@ def test_unknown_preset_and_missing_source_settings_name_the_key():
     with pytest.raises(SnakeskillsError) as error:
         resolve_benchmark_spec("mine", {"preset": "gsm9k"})
     assert "config key benchmarks.mine.preset: unknown preset 'gsm9k'" in str(error.value)
-    assert "known presets: aime24, aime25, gsm8k, math-500" in str(error.value)
+    assert "known presets: aime24, aime25, gpqa-diamond, gsm8k, math-500, mmlu, mmlu-pro" in str(error.value)
     with pytest.raises(SnakeskillsError, match=r"config key benchmarks\.mine\.parquet is required"):
         resolve_benchmark_spec("mine", {"source": "parquet"})
 

@@ -90,7 +90,7 @@ def test_sft_trains_on_the_whole_text_of_a_reasoning_model(tmp_path):
     prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "chat_template_kwargs": {}}
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
-    records, counts = select_sft_records([judged], ["base"], prompt, filters)
+    records, counts = select_sft_records([judged], ["base"], [prompt], filters)
     assert [record["messages"][-1]["content"] for record in records] == ["<think>1+1</think>\\boxed{2}", "\\boxed{3}"]
     assert counts["kept"] == 2 and counts["unfinished_thinking"] == 0
 
@@ -106,7 +106,9 @@ def test_no_sft_data_from_a_model_that_never_ends_its_thinking_says_why(tmp_path
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     with pytest.raises(SnakeskillsError, match="none of the 1 generations ended its thinking"):
-        write_sft_dataset([tmp_path / "judged.jsonl"], ["base"], prompt, filters, tmp_path / "d.jsonl", tmp_path / "s")
+        write_sft_dataset(
+            [tmp_path / "judged.jsonl"], ["base"], [prompt], filters, tmp_path / "d.jsonl", tmp_path / "s"
+        )
 
 
 def test_reasoning_a_server_returns_apart_is_kept():
@@ -156,7 +158,7 @@ def test_sft_teaches_the_thinking_a_template_would_drop(smollm2, tmp_path):
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     write_jsonl(tmp_path / "judged.jsonl", [{**row, "num_generated_tokens": 30}])
-    records, _ = select_sft_records([tmp_path / "judged.jsonl"], ["r1"], prompt, filters)
+    records, _ = select_sft_records([tmp_path / "judged.jsonl"], ["r1"], [prompt], filters)
     example = to_prompt_completion(records[0], chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer)
     assert example == {"prompt_ids": prompt_ids, "completion": text}
     (tokenized,) = tokenize_prompt_completion(tokenizer, [example], max_length=512)

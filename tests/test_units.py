@@ -401,7 +401,7 @@ def judged_files(tmp_path) -> list[Path]:
 
 
 def test_select_sft_records_filters(judged_files):
-    records, counts = select_sft_records(judged_files, ["base", "base"], PROMPT, FILTERS)
+    records, counts = select_sft_records(judged_files, ["base", "base"], [PROMPT] * 2, FILTERS)
     assert counts == {
         "judged": 8,
         "incorrect": 1,
@@ -442,7 +442,7 @@ def test_select_sft_records_relaxed_filters_still_drop_truncated(judged_files):
         "dedup": False,
         "max_per_problem": None,
     }
-    records, counts = select_sft_records(judged_files, ["base", "base"], PROMPT, relaxed)
+    records, counts = select_sft_records(judged_files, ["base", "base"], [PROMPT] * 2, relaxed)
     assert counts["truncated"] == 1
     assert counts["kept"] == 7
     assert counts["incorrect"] == counts["too_long"] == counts["duplicate"] == counts["over_per_problem_cap"] == 0
@@ -456,7 +456,7 @@ def test_sft_examples_name_the_model_that_wrote_them_and_dedup_across_models(tmp
     write_jsonl(tmp_path / "teacher.jsonl", [judged("p1", "1+1", "\\boxed{2}"), judged("p2", "2+2", "\\boxed{4}")])
     write_jsonl(tmp_path / "round1.jsonl", [judged("p1", "1+1", "1+1=\\boxed{2}"), judged("p2", "2+2", "\\boxed{4}")])
     paths = [tmp_path / "teacher.jsonl", tmp_path / "round1.jsonl"]
-    records, counts = select_sft_records(paths, ["teacher", "round1"], PROMPT, FILTERS)
+    records, counts = select_sft_records(paths, ["teacher", "round1"], [PROMPT] * 2, FILTERS)
     assert [(r["generated_by"], r["id"], r["messages"][-1]["content"]) for r in records] == [
         ("teacher", "p1", "\\boxed{2}"),
         ("teacher", "p2", "\\boxed{4}"),
@@ -464,11 +464,13 @@ def test_sft_examples_name_the_model_that_wrote_them_and_dedup_across_models(tmp
     ]
     assert counts["kept_by_source"] == {"teacher": 2, "round1": 1} and counts["duplicate"] == 1
     with pytest.raises(SnakeskillsError, match="2 judged files but 1 sources"):
-        select_sft_records(paths, ["teacher"], PROMPT, FILTERS)
+        select_sft_records(paths, ["teacher"], [PROMPT], FILTERS)
 
 
 def test_select_sft_records_cap_of_one(judged_files):
-    records, counts = select_sft_records(judged_files, ["base", "base"], PROMPT, {**FILTERS, "max_per_problem": 1})
+    records, counts = select_sft_records(
+        judged_files, ["base", "base"], [PROMPT] * 2, {**FILTERS, "max_per_problem": 1}
+    )
     assert [(r["id"], r["messages"][-1]["content"]) for r in records] == [
         ("p1", "1+1=\\boxed{2}"),
         ("p2", "2+2=\\boxed{4}"),
@@ -557,14 +559,14 @@ def test_select_sft_records_by_the_chosen_verdict(tmp_path, score, kept):
     for generation, symbolic, llm in [("a", True, True), ("b", True, False), ("c", False, True), ("d", False, False)]:
         rows.append({**judged("p1", "1+1", generation, correct=symbolic), "judge_correct": llm, "judgement": "..."})
     write_jsonl(tmp_path / "judged.jsonl", rows)
-    records, counts = select_sft_records([tmp_path / "judged.jsonl"], ["base"], PROMPT, {**FILTERS, "score": score})
+    records, counts = select_sft_records([tmp_path / "judged.jsonl"], ["base"], [PROMPT], {**FILTERS, "score": score})
     assert [record["messages"][-1]["content"] for record in records] == kept
     assert counts["incorrect"] == 4 - len(kept) and counts["kept"] == len(kept)
 
 
 def test_select_sft_records_without_the_llm_verdict_names_the_file_and_row(judged_files):
     with pytest.raises(SnakeskillsError, match=r"seed0\.jsonl: row 1: no 'judge_correct' field.*judge\.llm"):
-        select_sft_records(judged_files, ["base", "base"], PROMPT, {**FILTERS, "score": "both"})
+        select_sft_records(judged_files, ["base", "base"], [PROMPT] * 2, {**FILTERS, "score": "both"})
 
 
 def test_comparison_table_shows_the_llm_judge_beside_the_symbolic_verdict():

@@ -11,6 +11,11 @@ A spec (``config["benchmarks"][name]``) names a ``source``:
 column; ``{expected_answer: {column: answer, regex: '####\\s*(.+?)\\s*$', remove: [","]}}`` extracts the
 regex's first group (or whole match) and deletes the listed substrings. Source columns are kept.
 
+``multiple_choice`` turns a multiple-choice row into NeMo-Skills' form: the options (one list column, or one
+column per option), optionally shuffled with a seed, are lettered A, B, ... and appended to ``problem``
+(``options`` holds that block, ``option_letters`` "A, B, C, D", and each letter its option's text);
+``expected_answer`` is the correct option's letter (``correct``: its index, letter or text in a column).
+
 Every prepared row has a stable, unique ``id`` (the ``id`` field if the source or ``field_map`` gives
 one, else ``{benchmark}-{split}-{index:06d}``), a ``problem`` and an ``expected_answer`` (a string).
 
@@ -24,7 +29,9 @@ from __future__ import annotations
 import copy
 import numbers
 import os
+import random
 import re
+import string
 from pathlib import Path
 
 import yaml
@@ -106,6 +113,12 @@ def check_benchmark_spec(benchmark: str, spec: dict) -> None:
             except re.error as error:
                 raise SnakeskillsError(f"config key {key}.field_map.{field}.regex: invalid pattern ({error})") from None
 
+    if spec.get("multiple_choice") is not None and "expected_answer" in (spec.get("field_map") or {}):
+        raise SnakeskillsError(
+            f"config key {key}.field_map.expected_answer: the answer of a multiple-choice benchmark is the letter of "
+            f"its correct option ({key}.multiple_choice.correct); remove one of the two"
+        )
+
 
 def check_benchmark_specs(benchmarks: dict) -> None:
     for benchmark, spec in benchmarks.items():
@@ -175,14 +188,27 @@ def field_map_key(key: str, field: str, rule: str | dict) -> str:
     return f"{key}.field_map.{field}" + (".column" if isinstance(rule, dict) else "")
 
 
-def check_columns(field_map: dict, columns: list[str], *, key: str, where: str) -> None:
-    """Every column the field map reads must exist; checked once, before any row is converted."""
-    for field, rule in field_map.items():
-        column = field_rule(rule)["column"]
+def read_columns(spec: dict, key: str) -> dict[str, str]:
+    """Every source column a spec reads, by the config key that names it."""
+    named = {field_map_key(key, field, rule): field_rule(rule)["column"] for field, rule in spec["field_map"].items()}
+    choice = spec["multiple_choice"]
+    if choice is not None:
+        options = choice["options"]
+        if isinstance(options, str):
+            named[f"{key}.multiple_choice.options"] = options
+        else:
+            named.update({f"{key}.multiple_choice.options[{index}]": column for index, column in enumerate(options)})
+        named[f"{key}.multiple_choice.correct.column"] = choice["correct"]["column"]
+    return named
+
+
+def check_columns(spec: dict, columns: list[str], *, key: str, where: str) -> None:
+    """Every column the field map and multiple_choice read must exist; checked once, before any row is converted."""
+    for config_key, column in read_columns(spec, key).items():
         if column not in columns:
             raise SnakeskillsError(
-                f"{where}: config key {field_map_key(key, field, rule)} names column {column!r}, which the data "
-                f"lacks; its columns are: {', '.join(columns)}"
+                f"{where}: config key {config_key} names column {column!r}, which the data lacks; its columns are: "
+                f"{', '.join(columns)}"
             )
 
 
@@ -217,6 +243,78 @@ def apply_field_map(record: dict, field_map: dict, *, key: str, where: str) -> d
             )
         mapped[field] = extract(record[parsed["column"]], parsed, key=f"{key}.field_map.{field}", where=where)
     return mapped
+
+
+def option_texts(record: dict, options: str | list[str], *, key: str, where: str) -> list[str]:
+    """The option texts of one row: a list column's items, or one column per option."""
+    if isinstance(options, str):
+        value = record.get(options)
+        if not isinstance(value, list | tuple):
+            raise SnakeskillsError(
+                f"{where}: config key {key}.options names column {options!r}, which holds a "
+                f"{type(value).__name__}, not a list of options; name one column per option instead"
+            )
+        values, names = list(value), [f"{options}[{index}]" for index in range(len(value))]
+    else:
+        values, names = [record.get(column) for column in options], list(options)
+    if not 2 <= len(values) <= len(string.ascii_uppercase):
+        raise SnakeskillsError(f"{where}: {len(values)} options; a question needs 2 to 26")
+    texts = []
+    for value, name in zip(values, names, strict=True):
+        if value is None or str(value).strip() == "":
+            raise SnakeskillsError(f"{where}: option {name} is empty")
+        texts.append(str(value).strip())
+    return texts
+
+
+def correct_option(record: dict, texts: list[str], correct: dict, *, key: str, where: str) -> int:
+    """The index of the correct option, from ``correct.column`` read as an index, a letter or an option's text."""
+    value, form = record.get(correct["column"]), correct["is"]
+    shown = f"{key}.correct.column {correct['column']!r} holds {value!r}"
+    if form == "index":
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+            raise SnakeskillsError(f"{where}: config key {shown}, not an option index (correct.is is index)")
+        index = int(value)
+    elif form == "letter":
+        letter = str(value).strip().strip("()").upper() if value is not None else ""
+        if len(letter) != 1 or letter not in string.ascii_uppercase:
+            raise SnakeskillsError(f"{where}: config key {shown}, not an option letter (correct.is is letter)")
+        index = string.ascii_uppercase.index(letter)
+    else:
+        matches = [index for index, text in enumerate(texts) if text == str(value).strip()]
+        if len(matches) != 1:
+            found = "is none of the options" if not matches else f"matches {len(matches)} options"
+            raise SnakeskillsError(f"{where}: config key {shown}, which {found} (correct.is is text)")
+        index = matches[0]
+    if not 0 <= index < len(texts):
+        raise SnakeskillsError(f"{where}: config key {shown}, but the row has {len(texts)} options")
+    return index
+
+
+def apply_multiple_choice(record: dict, choice: dict, *, key: str, where: str) -> dict:
+    """A multiple-choice row in NeMo-Skills' form: lettered options appended to ``problem``, ``options`` (that
+    block), ``option_letters``, one field per letter, and the correct letter as ``expected_answer``.
+
+    With ``shuffle_seed`` the options are put in an order drawn from the seed and the question's text, so a row's
+    order does not depend on where it sits in the file and stays the same on every run."""
+    key = f"{key}.multiple_choice"
+    if record.get("problem") is None:
+        raise SnakeskillsError(f"{where}: no problem to add the options to (map one with field_map.problem)")
+    texts = option_texts(record, choice["options"], key=key, where=where)
+    correct = correct_option(record, texts, choice["correct"], key=key, where=where)
+    order = list(range(len(texts)))
+    if choice.get("shuffle_seed") is not None:  # optional (the schema fills null; direct callers may omit it)
+        random.Random(f"{choice['shuffle_seed']}\n{record['problem']}").shuffle(order)
+    letters = string.ascii_uppercase[: len(texts)]
+    block = "\n".join(f"{letter}. {texts[index]}" for letter, index in zip(letters, order, strict=True))
+    return {
+        **record,
+        "problem": f"{record['problem']}\n{block}",
+        "expected_answer": letters[order.index(correct)],
+        "options": block,
+        "option_letters": ", ".join(letters),
+        **{letter: texts[index] for letter, index in zip(letters, order, strict=True)},
+    }
 
 
 def normalize_records(records: list[dict], *, benchmark: str, split: str, where: str) -> list[dict]:
@@ -350,11 +448,16 @@ def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
     """The prepared rows of one split of one resolved benchmark spec (``config["benchmarks"][benchmark]``)."""
     key = f"benchmarks.{benchmark}"
     rows, columns, where = load_source(benchmark, spec, split)
-    field_map = spec.get("field_map") or {}
+    spec = {**spec, "field_map": spec.get("field_map") or {}, "multiple_choice": spec.get("multiple_choice")}
     if columns is not None:
-        check_columns(field_map, columns, key=key, where=where)
+        check_columns(spec, columns, key=key, where=where)
     records = [
-        apply_field_map(row, field_map, key=key, where=f"{where}: row {number}")
+        apply_field_map(row, spec["field_map"], key=key, where=f"{where}: row {number}")
         for number, row in enumerate(rows, start=1)
     ]
+    if spec["multiple_choice"] is not None:
+        records = [
+            apply_multiple_choice(record, spec["multiple_choice"], key=key, where=f"{where}: row {number}")
+            for number, record in enumerate(records, start=1)
+        ]
     return normalize_records(records, benchmark=benchmark, split=split, where=where)
