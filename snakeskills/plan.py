@@ -256,9 +256,9 @@ def _check_regex(pattern: str | None, key: str) -> None:
 
 
 def _check_benchmark_questions(config: dict) -> None:
-    """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that parse), its own judge
-    regex compile, and a multiple-choice benchmark be judged as one: a math judge would compare letters with
-    math-verify."""
+    """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that
+    parse), a benchmark's judge regex compile, and a multiple-choice benchmark be judged as one: a math judge would
+    compare letters with math-verify."""
     from snakeskills.prompts import resolve_prompt
 
     resolve_prompt(config["prompt"])

@@ -61,7 +61,8 @@ def select_sft_records(
     """
     if not len(sources) == len(prompts) == len(judged_paths):
         raise SnakeskillsError(
-            f"{len(judged_paths)} judged files but {len(sources)} sources naming their models and {len(prompts)} prompts"
+            f"{len(judged_paths)} judged files but {len(sources)} sources naming their models and "
+            f"{len(prompts)} prompts"
         )
     counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
     seen = set()
