@@ -15,7 +15,7 @@ import pyarrow.parquet
 import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, REPO, job_counts, run_snakemake
-from dataset_fixtures import AIME24_TRAIN, GSM8K_TEST, GSM8K_TRAIN, MATH500_TEST, WRITERS
+from dataset_fixtures import AIME24_TRAIN, GPQA_DIAMOND, GSM8K_TEST, GSM8K_TRAIN, MATH500_TEST, MMLU_TEST, WRITERS
 
 from snakeskills.data.prepare import (
     PRESETS_DIR,
@@ -66,9 +66,9 @@ def test_presets_ship_and_match_the_schema():
 
     assert known_presets() == ["aime24", "aime25", "gpqa-diamond", "gsm8k", "math-500", "mmlu", "mmlu-pro"]
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
-    spec_schema = schema["properties"]["benchmarks"]["additionalProperties"]
-    for preset in known_presets():
-        jsonschema.validate(load_preset(preset), spec_schema)
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for preset in known_presets():  # each as the one benchmark of a config (its schema refers to other sections)
+        jsonschema.validate({**config, "benchmarks": {preset: load_preset(preset)}}, schema)
         assert load_preset(preset)["source"] == "hf"
     assert {path.name for path in PRESETS_DIR.glob("*.yaml")} == {f"{name}.yaml" for name in known_presets()}
 
@@ -133,6 +133,37 @@ def test_aime25_preset_turns_int_answers_into_strings(offline_hf, tmp_path):
     assert [row["id"] for row in rows] == ["aime25-test-000000", "aime25-test-000001"]
     assert [row["expected_answer"] for row in rows] == ["70", "16"]
     assert rows[0]["answer"] == 70 and rows[0]["problem_type"] == ["Number Theory"]
+
+
+def test_mmlu_preset_letters_list_options_and_index_answers(offline_hf, tmp_path):
+    spec = preset_on_fixture("mmlu", tmp_path / "mmlu")
+    rows = prepare_split("mmlu", spec, "test")
+    assert [row["expected_answer"] for row in rows] == ["B", "C"]  # ClassLabel 1 and 2
+    assert rows[0]["problem"] == f"{MMLU_TEST[0]['question']}\nA. 0\nB. 4\nC. 2\nD. 6"
+    assert rows[0]["options"] == "A. 0\nB. 4\nC. 2\nD. 6" and rows[0]["option_letters"] == "A, B, C, D"
+    assert (rows[0]["B"], rows[0]["subject"], rows[0]["choices"]) == ("4", "abstract_algebra", ["0", "4", "2", "6"])
+    assert [row["id"] for row in prepare_split("mmlu", spec, "train")] == ["mmlu-train-000000", "mmlu-train-000001"]
+    assert spec["judge"]["extraction"] == "multichoice" and spec["prompt"]["template"] == "multiple-choice"
+
+
+def test_mmlu_pro_preset_takes_up_to_ten_options_and_letter_answers(offline_hf, tmp_path):
+    rows = prepare_split("mmlu-pro", preset_on_fixture("mmlu-pro", tmp_path / "mmlu-pro"), "test")
+    assert [(row["id"], row["expected_answer"]) for row in rows] == [("70", "D"), ("71", "D")]
+    assert rows[1]["option_letters"] == "A, B, C, D, E, F, G, H, I, J" and rows[1]["J"] == "57"
+    assert rows[0]["problem"].endswith("\nE. 4\nF. 8") and "G" not in rows[0]
+
+
+def test_gpqa_preset_shuffles_the_options_and_finds_the_correct_text(offline_hf, tmp_path):
+    spec = preset_on_fixture("gpqa-diamond", tmp_path / "gpqa")
+    rows = prepare_split("gpqa-diamond", spec, "test")
+    assert [row["id"] for row in rows] == ["recTEST0001", "recTEST0002"]
+    for row, source in zip(rows, GPQA_DIAMOND, strict=True):
+        assert row[row["expected_answer"]] == source["Correct Answer"]
+        assert sorted(row[letter] for letter in "ABCD") == sorted(
+            source[column].strip() for column in spec["multiple_choice"]["options"]
+        ), "every option once, stripped"
+        assert row["problem"].startswith(source["Question"] + "\nA. ")
+    assert rows == prepare_split("gpqa-diamond", spec, "test"), "the same order on every run"
 
 
 def test_not_cached_and_offline_says_how_to_fix(offline_hf):
