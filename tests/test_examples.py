@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO, example_model_folder, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
 
+from snakeskills.data.prepare import load_preset
 from snakeskills.prompts import load_template_file, template_path
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))
@@ -27,6 +28,13 @@ def local_folders_for(config: dict, workdir, checkpoint) -> None:
     for spec in config["benchmarks"].values():
         if "hf" in spec:
             WRITERS[spec["preset"]](workdir / spec["hf"]["path"])
+
+
+def asked_template(config: dict, benchmark: str) -> str:
+    """The template a benchmark's problems are asked with: its own (given, or its preset's), else the config's."""
+    spec = config["benchmarks"][benchmark]
+    own = {**(load_preset(spec["preset"]) if "preset" in spec else {}), **spec}.get("prompt", {})
+    return own.get("template") or config["prompt"]["template"]
 
 
 def planned_benchmarks(jobs) -> set[str]:
@@ -51,8 +59,8 @@ def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, ex
     ]
     process = run_snakemake(tmp_path, "--cores", "1", *settings_files, configfile=example)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    template = load_template_file(template_path(config["prompt"]["template"], "prompt.template"))
-    for path in settings_files:
+    for benchmark, path in zip(config["benchmarks"], settings_files, strict=True):
+        template = load_template_file(template_path(asked_template(config, benchmark), "prompt.template"))
         prompt = json.loads((tmp_path / path).read_text())["prompt"]
         assert prompt["user"] == template["user"]
         assert prompt["system"] == template.get("system")
