@@ -67,7 +67,7 @@ def test_presets_ship_and_match_the_schema():
     assert known_presets() == ["aime24", "aime25", "gpqa-diamond", "gsm8k", "math-500", "mmlu", "mmlu-pro"]
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    for preset in known_presets():  # each as the one benchmark of a config (its schema refers to other sections)
+    for preset in known_presets():
         jsonschema.validate({**config, "benchmarks": {preset: load_preset(preset)}}, schema)
         assert load_preset(preset)["source"] == "hf"
     assert {path.name for path in PRESETS_DIR.glob("*.yaml")} == {f"{name}.yaml" for name in known_presets()}
