@@ -143,8 +143,13 @@ def benchmark_prompt(prompt: dict, benchmark_spec: dict) -> dict:
 
 def benchmark_judge(config: dict, benchmark: str) -> dict:
     """The rule-based judge's settings for one benchmark's answers: ``judge``'s, with the benchmark's own ``judge``
-    keys (extraction, regex, equivalence) in their place (worker count and LLM judge left out)."""
-    return {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
+    keys (extraction, regex, equivalence) in their place (worker count and LLM judge left out). Letters need no
+    symbolic comparison: a multichoice benchmark's are extraction and regex only, so that changing the math
+    judge's settings does not rerun its judge jobs."""
+    settings = {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
+    if settings["extraction"] == "multichoice":
+        return {"extraction": "multichoice", "regex": settings["regex"]}
+    return settings
 
 
 def is_multiple_choice(config: dict, benchmark: str) -> bool:
