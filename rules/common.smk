@@ -7,7 +7,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-from snakeskills.data.prepare import local_source_files
+from snakeskills.data.prepare import local_source_files, preparing_spec
 from snakeskills.gpus import planning_for_gpu_nodes
 from snakeskills.plan import (
     Layout,
@@ -150,6 +150,11 @@ def generation_model_path(wildcards):
 
 def generation_adapter_path(wildcards):
     return PLAN.generation_adapter_path(wildcards.model)
+
+
+def benchmark_preparing_spec(wildcards):
+    """What decides a benchmark's prepared rows: its spec without how it is asked and judged."""
+    return preparing_spec(config["benchmarks"][wildcards.benchmark])
 
 
 def generation_model_config(wildcards):

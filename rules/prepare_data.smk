@@ -4,7 +4,7 @@ rule prepare_data:
     output:
         PREPARED,
     params:
-        spec=lambda wildcards: config["benchmarks"][wildcards.benchmark],
+        spec=benchmark_preparing_spec,
     log:
         LOGS / "prepare_data/{benchmark}/{split}.log",
     wildcard_constraints:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import dry_run_counts, run_snakemake
+import yaml
+from conftest import DEFAULT_CONFIG, dry_run_counts, run_snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -87,6 +88,27 @@ def test_rerun_judge_reruns_judge_and_downstream_only(finished_run):
     assert "prepare_data" not in counts and "build_tiny_model" not in counts
     # only the tuned model regenerates (its adapter is retrained from re-judged data)
     assert counts["generate"] == 8
+
+
+@pytest.mark.parametrize(
+    ("own", "expected"),
+    [
+        # a benchmark's own judge regex: its judge jobs and what follows them (round1 is retrained on the verdicts)
+        ({"judge": {"regex": "(-?\\d+)"}}, {"judge": 24, "generate": 8, "build_tiny_model": None}),
+        # a benchmark's own question: every generation of it, and the tiny model bootstrapped on it is rebuilt to be
+        # asked so; its prepared rows stay
+        (
+            {"prompt": {"user": "Compute {problem}. Put the answer in \\boxed{{}}."}},
+            {"judge": 24, "generate": 24, "build_tiny_model": 1},
+        ),
+    ],
+)
+def test_a_benchmarks_own_judge_or_prompt_keeps_its_prepared_data(finished_run, tmp_path, own, expected):
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    config["benchmarks"]["arithmetic"].update(own)
+    counts = dry_run_counts(finished_run, configfile=write_config(tmp_path / "own.yaml", config))
+    assert {rule: counts.get(rule) for rule in expected} == expected
+    assert "prepare_data" not in counts
 
 
 def test_changed_judge_setting_keeps_generations(finished_run):

@@ -19,7 +19,7 @@ import yaml
 from conftest import DEFAULT_CONFIG, run_snakemake, teacher_section, write_config
 from dataset_fixtures import MMLU_TEST
 
-from snakeskills.data.prepare import prepare_split, resolve_benchmark_spec
+from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import exact_match, extract_answer, extract_choice, judge_records
@@ -117,6 +117,18 @@ def test_a_missing_column_and_a_second_answer_source_name_the_key(tmp_path):
     spec["field_map"] = {"problem": "question", "expected_answer": "answer"}
     with pytest.raises(SnakeskillsError, match=r"benchmarks\.mcq\.field_map\.expected_answer: the answer of a multi"):
         resolve_benchmark_spec("mcq", spec)
+
+
+def test_preparing_ignores_how_a_benchmark_is_asked_and_judged():
+    """prepare_data's params (its rerun trigger) hold what decides the rows: a benchmark without multiple_choice,
+    prompt or judge gives exactly the spec runs made before those keys existed, so upgrading reruns nothing."""
+    config = checked(mixed_config())
+    assert preparing_spec(config["benchmarks"]["arithmetic"]) == {
+        key: DEFAULT["benchmarks"]["arithmetic"][key] for key in ("source", "synthetic")
+    } | {"field_map": {}}
+    mmlu = config["benchmarks"]["mmlu"]
+    assert preparing_spec(mmlu) == {key: value for key, value in mmlu.items() if key not in ("prompt", "judge")}
+    assert preparing_spec(mmlu)["multiple_choice"]["options"] == "choices"
 
 
 # ---------------------------------------------------------------- extracting and judging letters

@@ -120,6 +120,17 @@ def check_benchmark_spec(benchmark: str, spec: dict) -> None:
         )
 
 
+def preparing_spec(spec: dict) -> dict:
+    """The part of a benchmark spec that decides its prepared rows (prepare_data's params, so its rerun trigger):
+    how the benchmark is asked and judged (``prompt``, ``judge``) is left out, and ``multiple_choice`` when not
+    set, so that neither those keys nor their defaults rerun preparing and everything after it."""
+    return {
+        key: value
+        for key, value in spec.items()
+        if key not in ("prompt", "judge") and not (key == "multiple_choice" and value is None)
+    }
+
+
 def check_benchmark_specs(benchmarks: dict) -> None:
     for benchmark, spec in benchmarks.items():
         check_benchmark_spec(benchmark, spec)
