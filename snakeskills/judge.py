@@ -253,6 +253,20 @@ def symbolic_verdicts(
     return verdicts
 
 
+def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, num_workers: int) -> list[bool]:
+    """Whether each (expected, predicted) answer pair agrees under a judge section's settings: letter equality for
+    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits."""
+    if judge_config["extraction"] == "multichoice":
+        return [choice_match(predicted, expected) for expected, predicted in pairs]
+    return symbolic_verdicts(
+        pairs,
+        equivalence=judge_config["equivalence"],
+        num_workers=num_workers,
+        timeout_seconds=judge_config["timeout_seconds"],
+        memory_limit_mb=judge_config["memory_limit_mb"],
+    )
+
+
 def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
     """The records with ``predicted_answer`` and ``symbolic_correct`` added."""
     predicted = [
@@ -260,17 +274,9 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
         for record in records
     ]
     pairs = [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)]
-    if judge_config["extraction"] == "multichoice":
-        verdicts = [choice_match(answer, expected) for expected, answer in pairs]
-    else:
-        verdicts = symbolic_verdicts(
-            pairs,
-            equivalence=judge_config["equivalence"],
-            num_workers=num_workers,
-            timeout_seconds=judge_config["timeout_seconds"],
-            memory_limit_mb=judge_config["memory_limit_mb"],
-        )
     return [
         {**record, "predicted_answer": answer, "symbolic_correct": verdict}
-        for record, answer, verdict in zip(records, predicted, verdicts, strict=True)
+        for record, answer, verdict in zip(
+            records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers), strict=True
+        )
     ]

@@ -152,12 +152,6 @@ def benchmark_judge(config: dict, benchmark: str) -> dict:
     return settings
 
 
-def is_multiple_choice(config: dict, benchmark: str) -> bool:
-    """A benchmark whose answers are option letters: its rows are made multiple-choice, or it is judged so."""
-    spec = config["benchmarks"][benchmark]
-    return spec["multiple_choice"] is not None or benchmark_judge(config, benchmark)["extraction"] == "multichoice"
-
-
 def check_config(config: dict, *, gpus_available: bool) -> None:
     """Cross-key checks the JSON schema cannot express; each names the key at fault.
 
@@ -272,11 +266,12 @@ def _check_benchmark_questions(config: dict) -> None:
         _check_regex(spec["judge"].get("regex"), f"{key}.judge.regex")
         if spec["prompt"]:
             resolve_prompt(benchmark_prompt(config["prompt"], spec), f"{key}.prompt")
-        if spec["multiple_choice"] is not None and benchmark_judge(config, benchmark)["extraction"] != "multichoice":
+        extraction = benchmark_judge(config, benchmark)["extraction"]
+        if spec["multiple_choice"] is not None and extraction != "multichoice":
             raise SnakeskillsError(
                 f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
-                f"are option letters) but is judged with extraction "
-                f"{benchmark_judge(config, benchmark)['extraction']!r}; set {key}.judge: {{extraction: multichoice}}"
+                f"are option letters) but is judged with extraction {extraction!r}; set {key}.judge: "
+                "{extraction: multichoice}"
             )
 
 
@@ -326,8 +321,8 @@ def _check_synthesis(config: dict) -> None:
                 "synthesis.label.solver is writer and synthesis.writer is own"
             )
     _check_regex(synthesis["filter"]["pattern"], "synthesis.filter.pattern")
-    for benchmark in config["train_benchmarks"]:
-        if is_multiple_choice(config, benchmark):
+    for benchmark in config["train_benchmarks"]:  # a multiple-choice benchmark is judged so (checked before)
+        if benchmark_judge(config, benchmark)["extraction"] == "multichoice":
             raise SnakeskillsError(
                 f"config key synthesis: train benchmark {benchmark!r} is multiple-choice, and synthesis writes "
                 "open-answer problems labelled by majority vote; train on it without synthesis (synthesis: null), or "

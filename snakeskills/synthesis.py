@@ -31,7 +31,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, read_json, read_jsonl, write_json, write_jsonl, write_text
-from snakeskills.judge import extract_answer, normalize_answer, symbolic_verdicts
+from snakeskills.judge import extract_answer, judge_verdicts, normalize_answer
 
 logger = logging.getLogger(__name__)
 
@@ -399,14 +399,8 @@ def equivalence_function(
         distinct = list(dict.fromkeys(normalize_answer(answer) for answer in answers if answer is not None))
         pairs.update((a, b) for position, a in enumerate(distinct) for b in distinct[position + 1 :])
     ordered = sorted(pairs)
-    verdicts = symbolic_verdicts(
-        ordered,
-        equivalence=judge_config["equivalence"],
-        num_workers=num_workers,
-        timeout_seconds=judge_config["timeout_seconds"],
-        memory_limit_mb=judge_config["memory_limit_mb"],
-    )
-    equal = {pair for pair, verdict in zip(ordered, verdicts, strict=True) if verdict}
+    agreeing = judge_verdicts(ordered, judge_config, num_workers=num_workers)
+    equal = {pair for pair, verdict in zip(ordered, agreeing, strict=True) if verdict}
     return lambda a, b: (a, b) in equal or (b, a) in equal
 
 
@@ -476,17 +470,9 @@ def check_labels(
     (``None`` where it cannot compute one: a problem not in the benchmark's form)."""
     truths = [exact_answer(record["problem"]) for record in labelled]
     pairs = [(truth, record["expected_answer"]) for truth, record in zip(truths, labelled, strict=True) if truth]
-    verdicts = iter(
-        symbolic_verdicts(
-            pairs,
-            equivalence=judge_config["equivalence"],
-            num_workers=num_workers,
-            timeout_seconds=judge_config["timeout_seconds"],
-            memory_limit_mb=judge_config["memory_limit_mb"],
-        )
-    )
+    label_verdicts = iter(judge_verdicts(pairs, judge_config, num_workers=num_workers))
     for truth, record in zip(truths, labelled, strict=True):
-        record["label_correct"] = next(verdicts) if truth else None
+        record["label_correct"] = next(label_verdicts) if truth else None
 
 
 def judge_against_labels(
