@@ -16,6 +16,7 @@ from snakeskills.plan import (
     check_config,
     check_model_paths,
     check_results_dir,
+    llm_judged,
     prepare_config,
     training_gpus,
 )
@@ -239,8 +240,8 @@ def judge_threads():
 
 
 def judged_chunks(wildcards):
-    """Chunks merged into one seed file: LLM-judged ones when judge.llm is set."""
-    pattern = LLM_JUDGED_CHUNK if config["judge"]["llm"] else JUDGED_CHUNK
+    """Chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark."""
+    pattern = LLM_JUDGED_CHUNK if llm_judged(config, wildcards.benchmark) else JUDGED_CHUNK
     chunks = range(config["num_chunks"])
     return [pattern.format(chunk=chunk, num_chunks=len(chunks), **dict(wildcards.items())) for chunk in chunks]
 

@@ -21,6 +21,7 @@ import logging
 import re
 from fractions import Fraction
 
+from snakeskills.code_execution import NO_CODE, extract_program, program_under_test, run_many
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-EXTRACTION_METHODS = ("boxed", "regex", "multichoice")
+EXTRACTION_METHODS = ("boxed", "regex", "multichoice", "code")
 # "Answer: C", "**Answer:** (C)", "answer: c": the answer line multiple-choice prompts ask for
 _ANSWER_LINE = re.compile(r"(?i)[*_]{0,2}answer[*_]{0,2}\s*:[\s*_]{0,2}\s*\(?([A-Z])(?![a-zA-Z0-9])")
 # a capital letter standing alone: "C", "(C)", "C. 42", "\text{C}"
@@ -87,12 +88,14 @@ def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
 
     ``method: boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match,
     first group if it has one) when given; ``method: regex`` uses only the regex; ``method: multichoice`` an
-    option letter (``extract_choice``).
+    option letter (``extract_choice``); ``method: code`` a program (``code_execution.extract_program``).
     """
     if method not in EXTRACTION_METHODS:
         raise SnakeskillsError(f"judge.extraction: unknown method {method!r}; known: {', '.join(EXTRACTION_METHODS)}")
     if method == "multichoice":
         return extract_choice(text, regex=regex)
+    if method == "code":
+        return extract_program(text)
     answer = extract_boxed(text) if method == "boxed" else None
     if answer is None:
         answer = _last_regex_match(text, regex)
@@ -255,7 +258,10 @@ def symbolic_verdicts(
 
 def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, num_workers: int) -> list[bool]:
     """Whether each (expected, predicted) answer pair agrees under a judge section's settings: letter equality for
-    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits."""
+    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits. Code answers have tests, not an
+    expected answer: ``judge_records`` runs them."""
+    if judge_config["extraction"] == "code":
+        raise SnakeskillsError("code answers are judged by running their tests (judge_records), not by comparison")
     if judge_config["extraction"] == "multichoice":
         return [choice_match(predicted, expected) for expected, predicted in pairs]
     return symbolic_verdicts(
@@ -268,7 +274,9 @@ def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, n
 
 
 def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
-    """The records with ``predicted_answer`` and ``symbolic_correct`` added."""
+    """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran)."""
+    if judge_config["extraction"] == "code":
+        return judge_programs(records, judge_config, num_workers=num_workers)
     predicted = [
         extract_answer(record["generation"], method=judge_config["extraction"], regex=judge_config["regex"])
         for record in records
@@ -280,3 +288,56 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
             records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers), strict=True
         )
     ]
+
+
+def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
+    """Code records judged by running their tests (``code_execution``): ``predicted_answer`` is the program the
+    generation answers with, ``symbolic_correct`` whether the tests pass, ``execution_status`` passed, failed,
+    timed out or no code, and ``execution_error`` the failing program's last error line."""
+    for record in records:
+        if not record.get("tests"):
+            raise SnakeskillsError(
+                f"record {record.get('id')!r} has no tests: judge.extraction code judges a code benchmark's rows "
+                "(prepared with benchmarks.<name>.code), whose 'tests' field its programs run against"
+            )
+    answers = [extract_program(record["generation"]) for record in records]
+    programs = {
+        index: program_under_test(answer, starter_code=record.get("starter_code"), tests=record["tests"])
+        for index, (record, answer) in enumerate(zip(records, answers, strict=True))
+        if answer is not None
+    }
+    runs = dict(
+        zip(
+            programs,
+            run_many(
+                programs.values(),
+                num_workers=num_workers,
+                timeout_seconds=judge_config["timeout_seconds"],
+                memory_limit_mb=judge_config["memory_limit_mb"],
+            ),
+            strict=True,
+        )
+    )
+    judged = []
+    for index, (record, answer) in enumerate(zip(records, answers, strict=True)):
+        run = runs.get(index)
+        judged.append(
+            {
+                **record,
+                "predicted_answer": answer,
+                "symbolic_correct": run is not None and run.passed,
+                "execution_status": run.status if run is not None else NO_CODE,
+                "execution_error": run.error if run is not None else None,
+            }
+        )
+    statuses = [record["execution_status"] for record in judged]
+    logger.info(
+        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each)",
+        len(judged),
+        ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses)),
+        len(set(programs.values())),
+        num_workers,
+        judge_config["timeout_seconds"],
+        judge_config["memory_limit_mb"],
+    )
+    return judged

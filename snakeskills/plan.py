@@ -143,13 +143,27 @@ def benchmark_prompt(prompt: dict, benchmark_spec: dict) -> dict:
 
 def benchmark_judge(config: dict, benchmark: str) -> dict:
     """The rule-based judge's settings for one benchmark's answers: ``judge``'s, with the benchmark's own ``judge``
-    keys (extraction, regex, equivalence) in their place (worker count and LLM judge left out). Letters need no
-    symbolic comparison: a multichoice benchmark's are extraction and regex only, so that changing the math
-    judge's settings does not rerun its judge jobs."""
+    keys (extraction, regex, equivalence, limits) in their place (worker count and LLM judge left out). Letters
+    need no symbolic comparison: a multichoice benchmark's are extraction and regex only, so that changing the math
+    judge's settings does not rerun its judge jobs; a code benchmark's are extraction and the limits a program
+    runs under."""
     settings = {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
     if settings["extraction"] == "multichoice":
         return {"extraction": "multichoice", "regex": settings["regex"]}
+    if settings["extraction"] == "code":
+        return {key: settings[key] for key in ("extraction", "timeout_seconds", "memory_limit_mb")}
     return settings
+
+
+def is_code_benchmark(config: dict, benchmark: str) -> bool:
+    """Whether a benchmark's answers are programs judged by their tests (benchmarks.<name>.code)."""
+    return config["benchmarks"][benchmark]["code"] is not None
+
+
+def llm_judged(config: dict, benchmark: str) -> bool:
+    """Whether the LLM judge (judge.llm) reads a benchmark's answers: every benchmark's but a code benchmark's,
+    whose tests decide."""
+    return config["judge"]["llm"] is not None and not is_code_benchmark(config, benchmark)
 
 
 def check_config(config: dict, *, gpus_available: bool) -> None:
@@ -167,6 +181,11 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
             raise SnakeskillsError("config key tiny_model is required when model.build_tiny is true")
         if config["tiny_model"]["bootstrap_benchmark"] not in config["benchmarks"]:
             raise SnakeskillsError("config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks")
+        if is_code_benchmark(config, config["tiny_model"]["bootstrap_benchmark"]):
+            raise SnakeskillsError(
+                "config key tiny_model.bootstrap_benchmark names a code benchmark; the tiny model bootstraps on "
+                "problems with an expected answer: name an answer benchmark"
+            )
     check_model_name(model["name"], "model.name")
     _check_splits(config)
     _check_regex(config["judge"]["regex"], "judge.regex")
@@ -256,8 +275,8 @@ def _check_regex(pattern: str | None, key: str) -> None:
 
 def _check_benchmark_questions(config: dict) -> None:
     """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that
-    parse), a benchmark's judge regex compile, and a multiple-choice benchmark be judged as one: a math judge would
-    compare letters with math-verify."""
+    parse), a benchmark's judge regex compile, a multiple-choice benchmark be judged as one (a math judge would
+    compare letters with math-verify), and code be judged by running tests, on a benchmark that has them."""
     from snakeskills.prompts import resolve_prompt
 
     resolve_prompt(config["prompt"])
@@ -272,6 +291,17 @@ def _check_benchmark_questions(config: dict) -> None:
                 f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
                 f"are option letters) but is judged with extraction {extraction!r}; set {key}.judge: "
                 "{extraction: multichoice}"
+            )
+        if spec["code"] is not None and extraction != "code":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction: benchmark {benchmark!r} is a code benchmark (its answers are "
+                f"programs, judged by running its tests) but is judged with extraction {extraction!r}; set "
+                f"{key}.judge: {{extraction: code}}"
+            )
+        if spec["code"] is None and extraction == "code":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction is code (run each answer against the row's tests), but benchmark "
+                f"{benchmark!r} has no tests; describe them with {key}.code, or judge it another way"
             )
 
 
@@ -321,10 +351,13 @@ def _check_synthesis(config: dict) -> None:
                 "synthesis.label.solver is writer and synthesis.writer is own"
             )
     _check_regex(synthesis["filter"]["pattern"], "synthesis.filter.pattern")
-    for benchmark in config["train_benchmarks"]:  # a multiple-choice benchmark is judged so (checked before)
-        if benchmark_judge(config, benchmark)["extraction"] == "multichoice":
+    for benchmark in config["train_benchmarks"]:  # multiple-choice and code benchmarks are judged so (checked before)
+        kind = {"multichoice": "multiple-choice", "code": "a code benchmark"}.get(
+            benchmark_judge(config, benchmark)["extraction"]
+        )
+        if kind is not None:
             raise SnakeskillsError(
-                f"config key synthesis: train benchmark {benchmark!r} is multiple-choice, and synthesis writes "
+                f"config key synthesis: train benchmark {benchmark!r} is {kind}, and synthesis writes "
                 "open-answer problems labelled by majority vote; train on it without synthesis (synthesis: null), or "
                 "leave it out of train_benchmarks"
             )
@@ -429,6 +462,13 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
         raise SnakeskillsError(
             f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
             "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
+        )
+    code_benchmarks = [name for name in config["train_benchmarks"] if is_code_benchmark(config, name)]
+    if score != "symbolic_correct" and code_benchmarks:
+        raise SnakeskillsError(
+            f"config key sft.filters.score is {score!r}, but train benchmark {code_benchmarks[0]!r} is a code "
+            "benchmark, whose answers the LLM judge does not read (its tests decide); use sft.filters.score: "
+            "symbolic_correct"
         )
 
 

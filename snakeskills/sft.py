@@ -101,7 +101,8 @@ def select_sft_records(
                 {
                     "id": row["id"],
                     "problem": row["problem"],
-                    "expected_answer": row["expected_answer"],
+                    # a code row has tests, not an expected answer
+                    **{field: row[field] for field in ("expected_answer",) if field in row},
                     "generated_by": source,
                     "messages": messages,
                 }

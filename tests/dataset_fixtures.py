@@ -134,6 +134,106 @@ AIME25_TRAIN = [
 ]
 
 
+HUMANEVAL_TEST = [
+    {
+        "task_id": "HumanEval/0",
+        "prompt": "from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+        '    """ Check if in given list of numbers, are any two numbers closer to each other than\n'
+        "    given threshold.\n    >>> has_close_elements([1.0, 2.0, 3.0], 0.5)\n    False\n"
+        '    >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)\n    True\n    """\n',
+        "canonical_solution": "    for idx, elem in enumerate(numbers):\n        for idx2, elem2 in enumerate(numbers):\n"
+        "            if idx != idx2:\n                distance = abs(elem - elem2)\n"
+        "                if distance < threshold:\n                    return True\n\n    return False\n",
+        "test": "\n\nMETADATA = {\n    'author': 'jt',\n    'dataset': 'test'\n}\n\n\ndef check(candidate):\n"
+        "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n"
+        "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n"
+        "    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True\n"
+        "    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.8) == False\n"
+        "    assert candidate([1.0, 2.0, 3.0, 4.0, 5.0, 2.0], 0.1) == True\n"
+        "    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 1.0) == True\n"
+        "    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 0.5) == False\n\n",
+        "entry_point": "has_close_elements",
+    },
+    {
+        "task_id": "HumanEval/2",
+        "prompt": '\n\ndef truncate_number(number: float) -> float:\n    """ Given a positive floating point number, it '
+        "can be decomposed into\n    and integer part (largest integer smaller than given number) and decimals\n"
+        "    (leftover part always smaller than 1).\n\n    Return the decimal part of the number.\n"
+        '    >>> truncate_number(3.5)\n    0.5\n    """\n',
+        "canonical_solution": "    return number % 1.0\n",
+        "test": "\n\nMETADATA = {\n    'author': 'jt',\n    'dataset': 'test'\n}\n\n\ndef check(candidate):\n"
+        "    assert candidate(3.5) == 0.5\n    assert abs(candidate(1.33) - 0.33) < 1e-6\n"
+        "    assert abs(candidate(123.456) - 0.456) < 1e-6\n",
+        "entry_point": "truncate_number",
+    },
+    {
+        "task_id": "HumanEval/53",
+        "prompt": '\n\ndef add(x: int, y: int):\n    """Add two numbers x and y\n    >>> add(2, 3)\n    5\n'
+        '    >>> add(5, 7)\n    12\n    """\n',
+        "canonical_solution": "    return x + y\n",
+        "test": "\n\nMETADATA = {}\n\n\ndef check(candidate):\n    import random\n\n"
+        "    assert candidate(0, 1) == 1\n    assert candidate(1, 0) == 1\n    assert candidate(2, 3) == 5\n"
+        "    assert candidate(5, 7) == 12\n    assert candidate(7, 5) == 12\n\n    for i in range(100):\n"
+        "        x, y = random.randint(0, 1000), random.randint(0, 1000)\n        assert candidate(x, y) == x + y\n\n",
+        "entry_point": "add",
+    },
+]
+# MBPP's test rows are real (task_ids 14 and 17, its \r\n line ends kept); its train rows here are written in its
+# schema (task_ids from its train range, 601-974).
+MBPP_TEST = [
+    {
+        "task_id": 14,
+        "text": "Write a python function to find the volume of a triangular prism.",
+        "code": "def find_Volume(l,b,h) : \r\n    return ((l * b * h) / 2) ",
+        "test_list": [
+            "assert find_Volume(10,8,6) == 240",
+            "assert find_Volume(3,2,2) == 6",
+            "assert find_Volume(1,2,1) == 1",
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 17,
+        "text": "Write a function to find the perimeter of a square.",
+        "code": "def square_perimeter(a):\r\n  perimeter=4*a\r\n  return perimeter",
+        "test_list": [
+            "assert square_perimeter(10)==40",
+            "assert square_perimeter(5)==20",
+            "assert square_perimeter(4)==16",
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+]
+MBPP_TRAIN = [
+    {
+        "task_id": 602,
+        "text": "Write a function to return the sum of the squares of a list of numbers.",
+        "code": "import math\r\ndef sum_squares(numbers):\r\n  return sum(n * n for n in numbers)",
+        "test_list": [
+            "assert sum_squares([1, 2, 3]) == 14",
+            "assert sum_squares([]) == 0",
+            "assert sum_squares([4]) == 16",
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 603,
+        "text": "Write a function to reverse the words of a sentence.",
+        "code": "def reverse_words(text):\r\n  return ' '.join(reversed(text.split()))",
+        "test_list": [
+            "assert reverse_words('a b c') == 'c b a'",
+            "assert reverse_words('hello world') == 'world hello'",
+            "assert reverse_words('x') == 'x'",
+        ],
+        "test_setup_code": "import re",
+        "challenge_test_list": [],
+    },
+]
+
+
 def write_parquet(path: Path, rows: list[dict], schema: pyarrow.Schema) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows, schema=schema), path)
@@ -343,6 +443,39 @@ def write_gpqa(folder: Path) -> Path:
     return folder
 
 
+def write_humaneval(folder: Path) -> Path:
+    """openai/openai_humaneval: config openai_humaneval, ``openai_humaneval/test-00000-of-00001.parquet``."""
+    schema = pyarrow.schema([(name, pyarrow.string()) for name in HUMANEVAL_TEST[0]])
+    write_parquet(folder / "openai_humaneval/test-00000-of-00001.parquet", HUMANEVAL_TEST, schema)
+    front_matter = (
+        "configs:\n- config_name: openai_humaneval\n  data_files:\n  - split: test\n"
+        "    path: openai_humaneval/test-*\n"
+    )
+    write_card(folder, front_matter, "Dataset Card for OpenAI HumanEval")
+    return folder
+
+
+def write_mbpp(folder: Path) -> Path:
+    """google-research-datasets/mbpp: config full, ``full/{split}-00000-of-00001.parquet``; task_id an int32,
+    test_list a list of assert statements."""
+    schema = pyarrow.schema(
+        [
+            ("task_id", pyarrow.int32()),
+            ("text", pyarrow.string()),
+            ("code", pyarrow.string()),
+            ("test_list", pyarrow.list_(pyarrow.string())),
+            ("test_setup_code", pyarrow.string()),
+            ("challenge_test_list", pyarrow.list_(pyarrow.string())),
+        ]
+    )
+    splits = {"train": MBPP_TRAIN, "test": MBPP_TEST, "validation": MBPP_TEST[:1], "prompt": MBPP_TRAIN[:1]}
+    for split, rows in splits.items():
+        write_parquet(folder / f"full/{split}-00000-of-00001.parquet", rows, schema)
+    files = "".join(f"  - split: {split}\n    path: full/{split}-*\n" for split in splits)
+    write_card(folder, f"configs:\n- config_name: full\n  data_files:\n{files}", "Dataset Card for MBPP")
+    return folder
+
+
 WRITERS = {
     "gsm8k": write_gsm8k,
     "math-500": write_math500,
@@ -351,4 +484,6 @@ WRITERS = {
     "mmlu": write_mmlu,
     "mmlu-pro": write_mmlu_pro,
     "gpqa-diamond": write_gpqa,
+    "humaneval": write_humaneval,
+    "mbpp": write_mbpp,
 }

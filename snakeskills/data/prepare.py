@@ -16,6 +16,12 @@ column per option), optionally shuffled with a seed, are lettered A, B, ... and 
 (``options`` holds that block, ``option_letters`` "A, B, C, D", and each letter its option's text);
 ``expected_answer`` is the correct option's letter (``correct``: its index, letter or text in a column).
 
+``code`` makes a code benchmark: ``tests`` (a column holding a test program, or a list of test statements), with
+optional ``setup`` code before them and a ``run`` line after them (formatted with the row's columns:
+``check({entry_point})``), becomes the row's ``tests`` program; ``starter`` the ``starter_code`` an answer
+continues; ``reference`` the ``reference_solution``, which is run against the tests while preparing
+(``check_reference``). Code rows need no ``expected_answer``: their answers are judged by running the tests.
+
 Every prepared row has a stable, unique ``id`` (the ``id`` field if the source or ``field_map`` gives
 one, else ``{benchmark}-{split}-{index:06d}``), a ``problem`` and an ``expected_answer`` (a string).
 
@@ -119,15 +125,39 @@ def check_benchmark_spec(benchmark: str, spec: dict) -> None:
             f"its correct option ({key}.multiple_choice.correct); remove one of the two"
         )
 
+    code = spec.get("code")
+    if code is not None:
+        if spec.get("multiple_choice") is not None:
+            raise SnakeskillsError(
+                f"config key {key}.code: a benchmark is a code benchmark or a multiple-choice one, not both; remove "
+                f"{key}.code or {key}.multiple_choice"
+            )
+        if code.get("run") is not None:
+            run_columns(code["run"], f"{key}.code.run")
+
+
+def run_columns(run: str, key: str) -> list[str]:
+    """The columns a ``code.run`` line reads (its ``{column}`` fields); a line that does not parse stops."""
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(run) if field is not None]
+    except ValueError as error:
+        raise SnakeskillsError(
+            f"config key {key}: {run!r} does not parse ({error}); double literal braces: {{{{ }}}}"
+        ) from None
+    for field in fields:
+        if not field.isidentifier():
+            raise SnakeskillsError(f"config key {key}: {{{field}}} is not a column name; name one column in braces")
+    return fields
+
 
 def preparing_spec(spec: dict) -> dict:
     """The part of a benchmark spec that decides its prepared rows (prepare_data's params, so its rerun trigger):
-    how the benchmark is asked and judged (``prompt``, ``judge``) is left out, and ``multiple_choice`` when not
-    set, so that neither those keys nor their defaults rerun preparing and everything after it."""
+    how the benchmark is asked and judged (``prompt``, ``judge``) is left out, and ``multiple_choice`` and ``code``
+    when not set, so that neither those keys nor their defaults rerun preparing and everything after it."""
     return {
         key: value
         for key, value in spec.items()
-        if key not in ("prompt", "judge") and not (key == "multiple_choice" and value is None)
+        if key not in ("prompt", "judge") and not (key in ("multiple_choice", "code") and value is None)
     }
 
 
@@ -210,11 +240,19 @@ def read_columns(spec: dict, key: str) -> dict[str, str]:
         else:
             named.update({f"{key}.multiple_choice.options[{index}]": column for index, column in enumerate(options)})
         named[f"{key}.multiple_choice.correct.column"] = choice["correct"]["column"]
+    code = spec["code"]
+    if code is not None:
+        for name in ("tests", "setup", "starter", "reference"):
+            if code.get(name) is not None:
+                named[f"{key}.code.{name}"] = code[name]
+        if code.get("run") is not None:
+            named.update({f"{key}.code.run {{{column}}}": column for column in run_columns(code["run"], key)})
     return named
 
 
 def check_columns(spec: dict, columns: list[str], *, key: str, where: str) -> None:
-    """Every column the field map and multiple_choice read must exist; checked once, before any row is converted."""
+    """Every column the field map, multiple_choice and code read must exist; checked once, before any row is
+    converted."""
     for config_key, column in read_columns(spec, key).items():
         if column not in columns:
             raise SnakeskillsError(
@@ -328,14 +366,73 @@ def apply_multiple_choice(record: dict, choice: dict, *, key: str, where: str) -
     }
 
 
-def normalize_records(records: list[dict], *, benchmark: str, split: str, where: str) -> list[dict]:
-    """Check required fields and id uniqueness; ``id``, ``problem``, ``expected_answer`` (str) lead each row."""
+def code_text(value, *, name: str, where: str) -> str:
+    """A code column's value as program text: a string, or a list of lines (MBPP's test_list)."""
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    if isinstance(value, str):
+        return value
+    raise SnakeskillsError(f"{where}: config key {name} reads a {type(value).__name__}, not code (a string or lines)")
+
+
+def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
+    """A code row: ``tests`` (setup, the tests, the run line), ``starter_code`` and ``reference_solution`` when the
+    spec names them, and with ``show_tests`` the tests appended to ``problem``."""
+    key = f"{key}.code"
+    if record.get("problem") is None:
+        raise SnakeskillsError(f"{where}: no problem (map one with field_map.problem)")
+    tests = code_text(record.get(code["tests"]), name=f"{key}.tests", where=where)
+    if not tests.strip():
+        raise SnakeskillsError(f"{where}: config key {key}.tests names column {code['tests']!r}, which is empty here")
+    parts = []
+    if code.get("setup") is not None:
+        parts.append(code_text(record.get(code["setup"]), name=f"{key}.setup", where=where))
+    parts.append(tests)
+    if code.get("run") is not None:
+        parts.append(code["run"].format_map({column: record[column] for column in run_columns(code["run"], key)}))
+    prepared = {**record, "tests": "\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n"}
+    if code.get("show_tests"):
+        prepared["problem"] = f"{record['problem']}\nYour code should pass these tests:\n\n{tests.strip()}"
+    for name, field in (("starter", "starter_code"), ("reference", "reference_solution")):
+        if code.get(name) is not None:
+            prepared[field] = code_text(record.get(code[name]), name=f"{key}.{name}", where=where)
+    return prepared
+
+
+def check_reference_solutions(records: list[dict], *, key: str, where: str) -> None:
+    """Each row's reference solution must pass its own tests (run as answers are): a tests, setup or run key
+    reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong."""
+    from snakeskills.code_execution import program_under_test, run_many
+
+    checked = [record for record in records if record.get("reference_solution")]
+    programs = [
+        program_under_test(record["reference_solution"], starter_code=record.get("starter_code"), tests=record["tests"])
+        for record in checked
+    ]
+    runs = run_many(programs, num_workers=os.cpu_count() or 1, timeout_seconds=30, memory_limit_mb=None)
+    failed = [(record["id"], run) for record, run in zip(checked, runs, strict=True) if not run.passed]
+    if failed:
+        shown = "; ".join(f"row {row_id}: {run.status}, {run.error}" for row_id, run in failed[:3])
+        raise SnakeskillsError(
+            f"{where}: {len(failed)} of {len(checked)} reference solutions fail their own tests ({shown}). Check "
+            f"{key}.code (tests, setup, run, starter read the right columns), or set {key}.code.check_reference: "
+            "false to prepare the rows as they are"
+        )
+
+
+def normalize_records(
+    records: list[dict], *, benchmark: str, split: str, where: str, required: tuple[str, ...] = REQUIRED_FIELDS
+) -> list[dict]:
+    """Check required fields and id uniqueness; ``id``, ``problem``, ``expected_answer`` (str) lead each row (a
+    code row has ``tests`` in place of an expected answer)."""
     if not records:
         raise SnakeskillsError(f"{where}: split {split!r} of benchmark {benchmark!r} is empty")
     prepared = []
     seen_ids = set()
     for index, record in enumerate(records):
-        for field in REQUIRED_FIELDS:
+        for field in required:
             if record.get(field) is None or str(record[field]).strip() == "":
                 raise SnakeskillsError(f"{where}: row {index + 1} lacks required field {field!r}")
             value = record[field]
@@ -350,7 +447,9 @@ def normalize_records(records: list[dict], *, benchmark: str, split: str, where:
         if record_id in seen_ids:
             raise SnakeskillsError(f"{where}: row {index + 1} repeats id {record_id!r}; ids must be unique")
         seen_ids.add(record_id)
-        leading = {"id": record_id, "problem": record["problem"], "expected_answer": str(record["expected_answer"])}
+        leading = {"id": record_id, "problem": record["problem"]}
+        if record.get("expected_answer") is not None:
+            leading["expected_answer"] = str(record["expected_answer"])
         prepared.append({**leading, **{name: value for name, value in record.items() if name not in leading}})
     return prepared
 
@@ -459,7 +558,12 @@ def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
     """The prepared rows of one split of one resolved benchmark spec (``config["benchmarks"][benchmark]``)."""
     key = f"benchmarks.{benchmark}"
     rows, columns, where = load_source(benchmark, spec, split)
-    spec = {**spec, "field_map": spec.get("field_map") or {}, "multiple_choice": spec.get("multiple_choice")}
+    spec = {
+        **spec,
+        "field_map": spec.get("field_map") or {},
+        "multiple_choice": spec.get("multiple_choice"),
+        "code": spec.get("code"),
+    }
     if columns is not None:
         check_columns(spec, columns, key=key, where=where)
     records = [
@@ -471,4 +575,14 @@ def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
             apply_multiple_choice(record, spec["multiple_choice"], key=key, where=f"{where}: row {number}")
             for number, record in enumerate(records, start=1)
         ]
-    return normalize_records(records, benchmark=benchmark, split=split, where=where)
+    code = spec["code"]
+    if code is None:
+        return normalize_records(records, benchmark=benchmark, split=split, where=where)
+    records = [
+        apply_code(record, code, key=key, where=f"{where}: row {number}")
+        for number, record in enumerate(records, start=1)
+    ]
+    prepared = normalize_records(records, benchmark=benchmark, split=split, where=where, required=("problem", "tests"))
+    if code.get("check_reference", True) and code.get("reference") is not None:
+        check_reference_solutions(prepared, key=key, where=where)
+    return prepared
