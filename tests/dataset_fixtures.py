@@ -137,11 +137,13 @@ AIME25_TRAIN = [
 HUMANEVAL_TEST = [
     {
         "task_id": "HumanEval/0",
-        "prompt": "from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+        "prompt": "from typing import List\n\n\n"
+        "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
         '    """ Check if in given list of numbers, are any two numbers closer to each other than\n'
         "    given threshold.\n    >>> has_close_elements([1.0, 2.0, 3.0], 0.5)\n    False\n"
         '    >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)\n    True\n    """\n',
-        "canonical_solution": "    for idx, elem in enumerate(numbers):\n        for idx2, elem2 in enumerate(numbers):\n"
+        "canonical_solution": "    for idx, elem in enumerate(numbers):\n"
+        "        for idx2, elem2 in enumerate(numbers):\n"
         "            if idx != idx2:\n                distance = abs(elem - elem2)\n"
         "                if distance < threshold:\n                    return True\n\n    return False\n",
         "test": "\n\nMETADATA = {\n    'author': 'jt',\n    'dataset': 'test'\n}\n\n\ndef check(candidate):\n"
@@ -156,8 +158,9 @@ HUMANEVAL_TEST = [
     },
     {
         "task_id": "HumanEval/2",
-        "prompt": '\n\ndef truncate_number(number: float) -> float:\n    """ Given a positive floating point number, it '
-        "can be decomposed into\n    and integer part (largest integer smaller than given number) and decimals\n"
+        "prompt": "\n\ndef truncate_number(number: float) -> float:\n"
+        '    """ Given a positive floating point number, it can be decomposed into\n'
+        "    and integer part (largest integer smaller than given number) and decimals\n"
         "    (leftover part always smaller than 1).\n\n    Return the decimal part of the number.\n"
         '    >>> truncate_number(3.5)\n    0.5\n    """\n',
         "canonical_solution": "    return number % 1.0\n",
@@ -448,8 +451,7 @@ def write_humaneval(folder: Path) -> Path:
     schema = pyarrow.schema([(name, pyarrow.string()) for name in HUMANEVAL_TEST[0]])
     write_parquet(folder / "openai_humaneval/test-00000-of-00001.parquet", HUMANEVAL_TEST, schema)
     front_matter = (
-        "configs:\n- config_name: openai_humaneval\n  data_files:\n  - split: test\n"
-        "    path: openai_humaneval/test-*\n"
+        "configs:\n- config_name: openai_humaneval\n  data_files:\n  - split: test\n    path: openai_humaneval/test-*\n"
     )
     write_card(folder, front_matter, "Dataset Card for OpenAI HumanEval")
     return folder
