@@ -38,7 +38,8 @@ PASSED, FAILED, TIMED_OUT, NO_CODE = "passed", "failed", "timed out", "no code"
 OUTPUT_LIMIT_BYTES = 16 * 1024 * 1024
 ERROR_TAIL_CHARS = 300
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^`]*$")
+_DEFINITION = re.compile(r"^\s*(?:async\s+def|def|class)\s+\w+", re.MULTILINE)
 _PYTHON_TAGS = ("python", "py", "python3")
 
 # Runs in the child: limits first, then the program as __main__ (its own file name in tracebacks).
@@ -55,17 +56,58 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """The fenced code blocks of a markdown text, as (language tag, code), in order. Fences are lines starting
+    with three backticks; a tagged fence met inside a bare one means the bare one was stray (a model's lone
+    "```" before its prose), so the block starts again there; a block cut off by the end of the text counts."""
+    blocks, tag, lines, inside = [], "", [], False
+    for line in text.splitlines():
+        fence = _FENCE_LINE.match(line)
+        if fence is None:
+            if inside:
+                lines.append(line)
+            continue
+        info = fence.group(1).lower()
+        if not inside:
+            inside, tag, lines = True, info, []
+        elif not info:
+            blocks.append((tag, "\n".join(lines)))
+            inside = False
+        else:  # a tagged fence inside a block: that block was stray (bare) or ends here (tagged)
+            if tag:
+                blocks.append((tag, "\n".join(lines)))
+            tag, lines = info, []
+    if inside:
+        blocks.append((tag, "\n".join(lines)))
+    return blocks
+
+
+def _defines(code: str) -> bool:
+    """Whether code defines a function or class (a solution, not a usage example)."""
+    try:
+        return any(
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            for node in ast.walk(ast.parse(code))
+        )
+    except (SyntaxError, ValueError):
+        return bool(_DEFINITION.search(code))
+
+
 def extract_program(text: str) -> str | None:
-    """The code a generation answers with: its last ```` ```python ```` block, else its last fenced block of any
-    language (an unclosed last fence runs to the end, as a generation cut off mid-block does), else the whole
-    text when it is Python statements (a base model's completion of the starter); ``None`` when there is none."""
-    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
-    python_blocks = [body for tag, body in blocks if tag in _PYTHON_TAGS]
-    chosen = python_blocks[-1] if python_blocks else (blocks[-1][1] if blocks else None)
-    if chosen is None:
-        if not _looks_like_code(text):
-            return None
+    """The code a generation answers with. Among its fenced blocks (```` ```python ```` ones when it has any),
+    the last that defines a function or class, else the last; without fences, the whole text when it is Python
+    statements (a base model's completion of the starter); ``None`` when there is none. A usage example after the
+    solution (```` ```python print(f(3)) ````) is thus not taken for it."""
+    blocks = code_blocks(text)
+    python_blocks = [code for tag, code in blocks if tag in _PYTHON_TAGS]
+    candidates = python_blocks or [code for _, code in blocks]
+    if candidates:
+        defining = [code for code in candidates if _defines(code)]
+        chosen = (defining or candidates)[-1]
+    elif _looks_like_code(text):
         chosen = text
+    else:
+        return None
     chosen = chosen.strip("\n")
     return chosen if chosen.strip() else None
 

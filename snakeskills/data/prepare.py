@@ -383,7 +383,16 @@ def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
     key = f"{key}.code"
     if record.get("problem") is None:
         raise SnakeskillsError(f"{where}: no problem (map one with field_map.problem)")
-    tests = code_text(record.get(code["tests"]), name=f"{key}.tests", where=where)
+    for name in ("tests", "setup", "starter", "reference"):
+        if code.get(name) is not None and code[name] not in record:
+            raise SnakeskillsError(f"{where}: config key {key}.{name} names column {code[name]!r}, which the row lacks")
+    run_fields = run_columns(code["run"], f"{key}.run") if code.get("run") is not None else []
+    for column in run_fields:
+        if column not in record:
+            raise SnakeskillsError(
+                f"{where}: config key {key}.run {{{column}}} names column {column!r}, which the row lacks"
+            )
+    tests = code_text(record[code["tests"]], name=f"{key}.tests", where=where)
     if not tests.strip():
         raise SnakeskillsError(f"{where}: config key {key}.tests names column {code['tests']!r}, which is empty here")
     parts = []
@@ -391,7 +400,7 @@ def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
         parts.append(code_text(record.get(code["setup"]), name=f"{key}.setup", where=where))
     parts.append(tests)
     if code.get("run") is not None:
-        parts.append(code["run"].format_map({column: record[column] for column in run_columns(code["run"], key)}))
+        parts.append(code["run"].format_map({column: record[column] for column in run_fields}))
     prepared = {**record, "tests": "\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n"}
     if code.get("show_tests"):
         prepared["problem"] = f"{record['problem']}\nYour code should pass these tests:\n\n{tests.strip()}"

@@ -1,0 +1,435 @@
+"""Code benchmarks: answers are programs, judged by running each row's tests.
+
+Preparing (``code``: tests from a program or a list of asserts, setup, a run line, a starter, reference solutions
+run while preparing), extracting the program a generation answers with, running it under limits (a wall clock
+that kills the whole process group, an address-space cap, an exit status), the judge's fields, SFT examples from
+code rows, and the plan's checks. The presets on their real Hub layouts are in test_prepare_data.py; the last test
+runs HumanEval's and MBPP's layouts through Snakemake on the real SmolLM2, up to its SFT data.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import DEFAULT_CONFIG, resolved_prompt, run_snakemake, write_config
+from dataset_fixtures import HUMANEVAL_TEST, MBPP_TEST
+
+from snakeskills.code_execution import (
+    FAILED,
+    NO_CODE,
+    PASSED,
+    TIMED_OUT,
+    code_blocks,
+    extract_program,
+    program_under_test,
+    run_many,
+    run_tests,
+)
+from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import read_jsonl, write_jsonl
+from snakeskills.judge import judge_records, judge_verdicts
+from snakeskills.plan import Layout, Plan, benchmark_judge, check_config, llm_judged, prepare_config
+from snakeskills.sft import select_sft_records
+
+DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
+LIMITS = {"timeout_seconds": 10, "memory_limit_mb": 1024}
+CODE_ROWS = [
+    {
+        "uid": "p1",
+        "task": "Write a function add(a, b) returning the sum.",
+        "asserts": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+        "setup": "import math",
+        "solution": "def add(a, b):\n    return a + b",
+        "stub": 'def add(a, b):\n    """Sum."""\n',
+        "name": "add",
+    }
+]
+
+
+def run(program: str, **limits) -> object:
+    return run_tests(program, **{**LIMITS, **limits})
+
+
+# ---------------------------------------------------------------- the program an answer gives
+
+
+def test_the_last_defining_python_block_is_the_answer():
+    text = (
+        "```\n\nHere is the code:\n\n```python\ndef f(x):\n    return x + 1\n```\n"
+        "Try it:\n```python\nprint(f(3))\n```\nAnd in bash:\n```bash\necho hi\n```"
+    )
+    assert code_blocks(text) == [
+        ("python", "def f(x):\n    return x + 1"),
+        ("python", "print(f(3))"),
+        ("bash", "echo hi"),
+    ], "a stray bare fence before a tagged one starts no block"
+    assert extract_program(text) == "def f(x):\n    return x + 1", "the usage example is not the answer"
+    assert extract_program("```python\ndef a():\n    return 1\n```\n```python\ndef a():\n    return 2\n```") == (
+        "def a():\n    return 2"
+    ), "a corrected second solution wins"
+    assert extract_program("```\ndef g():\n    pass\n```") == "def g():\n    pass", "an untagged block counts"
+    assert extract_program("Sure:\n```python\ndef h():\n    return [") == "def h():\n    return [", (
+        "a block cut off by the token limit is still the answer (and fails when run)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "program"),
+    [
+        ("    return a + b\n", "    return a + b"),  # a base model continuing the starter
+        ("x = 1\nassert x == 1", "x = 1\nassert x == 1"),
+        ("The answer is 5.", None),
+        ("42", None),
+        ("Hello", None),
+        ('"""only a docstring"""', None),
+        ("```python\n\n```", None),
+    ],
+)
+def test_unfenced_text_is_an_answer_only_when_it_is_python_statements(text, program):
+    assert extract_program(text) == program
+
+
+# ---------------------------------------------------------------- running it
+
+
+def test_a_passing_and_a_failing_program():
+    assert run("def f():\n    return 1\nassert f() == 1\n").status == PASSED
+    failing = run("def f():\n    return 2\nassert f() == 1, 'f() is not 1'\n")
+    assert (failing.status, failing.error) == (FAILED, "AssertionError: f() is not 1")
+    assert run("import sys\nsys.exit(3)\n").error == "exit status 3"
+    assert run("def f(:\n").error.startswith("SyntaxError")
+
+
+def test_a_program_past_the_time_limit_is_killed_with_what_it_started(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    program = (
+        "import subprocess, time\n"
+        f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "while True:\n    time.sleep(0.05)\n"
+    )
+    started = time.monotonic()
+    outcome = run(program, timeout_seconds=1.5)
+    assert (outcome.status, outcome.error) == (TIMED_OUT, "ran past 1.5 s")
+    assert time.monotonic() - started < 5
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    stat = Path(f"/proc/{child}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z", (
+        "the program's own child dies with it (its session's process group is killed)"
+    )
+
+
+def test_memory_and_cpu_limits_stop_a_runaway_program():
+    assert run("block = bytearray(3 * 1024 ** 3)\n", memory_limit_mb=512).error == "MemoryError"
+    assert run("block = bytearray(300 * 1024 ** 2)\n", memory_limit_mb=1024).status == PASSED
+    busy = run("while True:\n    pass\n", timeout_seconds=1)
+    assert busy.status == TIMED_OUT
+
+
+def test_a_program_runs_alone_in_an_empty_folder_with_no_input():
+    program = (
+        "import os, sys\nassert os.listdir('.') == ['solution.py'], os.listdir('.')\nassert sys.stdin.read() == ''\n"
+    )
+    assert run(program).status == PASSED
+    assert run("input()\n").error == "EOFError: EOF when reading a line"
+
+
+def test_the_starter_takes_a_whole_function_or_only_its_body():
+    starter, tests = (
+        'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum."""\n',
+        ("assert total([1, 2]) == 3"),
+    )
+    body, whole = "    return sum(xs)", "def total(xs: List[int]) -> int:\n    return sum(xs)"
+    for answer in (body, whole):
+        assert run(program_under_test(answer, starter_code=starter, tests=tests)).status == PASSED, answer
+    assert run(program_under_test(whole, starter_code=None, tests=tests)).error.startswith(
+        "NameError: name 'List' is not defined"
+    )
+
+
+def test_identical_programs_run_once(tmp_path):
+    marker = tmp_path / "runs"
+    program = f"open({str(marker)!r}, 'a').write('x')\n"
+    outcomes = run_many([program, "assert False\n", program], num_workers=2, **LIMITS)
+    assert [outcome.status for outcome in outcomes] == [PASSED, FAILED, PASSED]
+    assert marker.read_text() == "x"
+
+
+# ---------------------------------------------------------------- judging
+
+
+def code_record(generation: str, **fields) -> dict:
+    tests = "assert add(1, 2) == 3\n"
+    return {"id": "p1", "problem": "add", "tests": tests, "generation": generation, **fields}
+
+
+def test_judged_code_records_carry_the_program_and_how_it_ran():
+    config = {"extraction": "code", **LIMITS}
+    records = [
+        code_record("```python\ndef add(a, b):\n    return a + b\n```"),
+        code_record("```python\ndef add(a, b):\n    return a - b\n```"),
+        code_record("I cannot write code."),
+        code_record("    return a + b", starter_code="def add(a, b):\n    pass\n"),
+    ]
+    judged = judge_records(records, config, num_workers=2)
+    assert [(row["execution_status"], row["symbolic_correct"]) for row in judged] == [
+        (PASSED, True),
+        (FAILED, False),
+        (NO_CODE, False),
+        (PASSED, True),
+    ]
+    assert judged[0]["predicted_answer"] == "def add(a, b):\n    return a + b"
+    assert judged[1]["execution_error"] == "AssertionError"
+    assert (judged[2]["predicted_answer"], judged[2]["execution_error"]) == (None, None)
+    with pytest.raises(
+        SnakeskillsError, match="record 'q' has no tests: judge.extraction code judges a code benchmark"
+    ):
+        judge_records([{"id": "q", "generation": "x = 1\ny = 2"}], config, num_workers=1)
+    with pytest.raises(SnakeskillsError, match="judged by running their tests"):
+        judge_verdicts([("3", "3")], config, num_workers=1)
+
+
+def test_sft_keeps_passing_programs_of_code_rows(tmp_path):
+    rows = [
+        {**code_record("```python\ndef add(a, b):\n    return a + b\n```"), "symbolic_correct": True},
+        {**code_record("```python\ndef add(a, b):\n    return 0\n```"), "symbolic_correct": False},
+    ]
+    write_jsonl(
+        tmp_path / "judged.jsonl", [{**row, "finish_reason": "stop", "num_generated_tokens": 9} for row in rows]
+    )
+    prompt = resolved_prompt(template="code")
+    filters = {"correct_only": True, "dedup": True, "score": "symbolic_correct", "max_generation_tokens": None}
+    filters["max_per_problem"] = None
+    records, counts = select_sft_records([tmp_path / "judged.jsonl"], ["base"], [prompt], filters)
+    assert counts["kept"] == 1 and "expected_answer" not in records[0]
+    assert records[0]["messages"][-1]["content"].startswith("```python\ndef add(a, b):\n    return a + b")
+
+
+# ---------------------------------------------------------------- preparing
+
+
+def code_spec(path, **code) -> dict:
+    return {
+        "source": "jsonl",
+        "jsonl": {"paths": {"test": str(path)}},
+        "field_map": {"id": "uid", "problem": "task"},
+        "code": {"tests": "asserts", **code},
+    }
+
+
+def prepared(tmp_path, rows=CODE_ROWS, **code) -> list[dict]:
+    write_jsonl(tmp_path / "code.jsonl", rows)
+    return prepare_split("mycode", resolve_benchmark_spec("mycode", code_spec(tmp_path / "code.jsonl", **code)), "test")
+
+
+def test_a_code_row_gets_its_tests_starter_and_reference(tmp_path):
+    row = prepared(tmp_path, setup="setup", starter="stub", reference="solution", show_tests=True)[0]
+    assert list(row)[:2] == ["id", "problem"] and "expected_answer" not in row
+    assert row["tests"] == "import math\nassert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
+    assert row["problem"] == (
+        "Write a function add(a, b) returning the sum.\nYour code should pass these tests:\n\n"
+        "assert add(1, 2) == 3\nassert add(-1, 1) == 0"
+    )
+    assert (row["starter_code"], row["reference_solution"]) == (CODE_ROWS[0]["stub"], CODE_ROWS[0]["solution"])
+
+
+def test_a_run_line_reads_the_rows_columns(tmp_path):
+    rows = [{**CODE_ROWS[0], "asserts": "def check(candidate):\n    assert candidate(2, 2) == 4\n"}]
+    row = prepared(tmp_path, rows, run="check({name})", reference="solution")[0]
+    assert row["tests"].endswith("assert candidate(2, 2) == 4\ncheck(add)\n")
+
+
+@pytest.mark.parametrize(
+    ("code", "rows", "message"),
+    [
+        (
+            {"tests": "task", "reference": "solution"},
+            CODE_ROWS,
+            r"1 of 1 reference solutions fail their own tests \(row p1: failed, SyntaxError: invalid syntax\)\. Check "
+            r"benchmarks\.mycode\.code \(tests, setup, run, starter read the right columns\)",
+        ),
+        (
+            {"tests": "missing"},
+            CODE_ROWS,
+            r"code\.jsonl: row 1: config key benchmarks\.mycode\.code\.tests names column 'missing', which the row "
+            r"lacks",
+        ),
+        ({}, [{**CODE_ROWS[0], "asserts": []}], r"row 1: config key benchmarks\.mycode\.code\.tests names column "),
+        ({"run": "check({entry_point})"}, CODE_ROWS, r"code\.run \{entry_point\} names column 'entry_point'"),
+        ({"run": "check({0})"}, CODE_ROWS, r"config key benchmarks\.mycode\.code\.run: \{0\} is not a column name"),
+        (
+            {"run": "check({name"},
+            CODE_ROWS,
+            r"config key benchmarks\.mycode\.code\.run: 'check\(\{name' does not parse",
+        ),
+        ({"setup": "asserts", "tests": "uid"}, [{**CODE_ROWS[0], "uid": 7}], r"code\.tests reads a int, not code"),
+    ],
+)
+def test_bad_code_data_stops_preparing_naming_the_key(tmp_path, code, rows, message):
+    if "tests" not in code:
+        code = {"tests": "asserts", **code}
+    write_jsonl(tmp_path / "code.jsonl", rows)
+    spec = {**code_spec(tmp_path / "code.jsonl"), "code": code}
+    with pytest.raises(SnakeskillsError, match=message):
+        prepare_split("mycode", resolve_benchmark_spec("mycode", spec), "test")
+
+
+def test_a_failing_reference_is_kept_when_the_check_is_off(tmp_path):
+    rows = [{**CODE_ROWS[0], "solution": "def add(a, b):\n    return 0"}]
+    with pytest.raises(SnakeskillsError, match="fail their own tests"):
+        prepared(tmp_path, rows, reference="solution")
+    assert prepared(tmp_path, rows, reference="solution", check_reference=False)[0]["reference_solution"]
+
+
+def test_code_and_multiple_choice_exclude_each_other_and_old_specs_keep_their_params(tmp_path):
+    spec = {
+        **code_spec(tmp_path / "c.jsonl"),
+        "multiple_choice": {"options": "a", "correct": {"column": "b", "is": "index"}},
+    }
+    with pytest.raises(SnakeskillsError, match=r"config key benchmarks\.x\.code: a benchmark is a code benchmark or"):
+        resolve_benchmark_spec("x", spec)
+    math_spec = {"source": "jsonl", "jsonl": {"paths": {}}, "code": None, "multiple_choice": None, "prompt": {}}
+    assert preparing_spec(math_spec) == {"source": "jsonl", "jsonl": {"paths": {}}}, (
+        "specs without code prepare with the params earlier runs were made with"
+    )
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def code_config(**humaneval) -> dict:
+    """The default (arithmetic, tiny model) with a HumanEval eval benchmark beside it."""
+    config = copy.deepcopy(DEFAULT)
+    config["benchmarks"]["humaneval"] = {"preset": "humaneval", "hf": {"path": "/data/humaneval"}, **humaneval}
+    config["benchmarks"]["mbpp"] = {"preset": "mbpp", "hf": {"path": "/data/mbpp"}}
+    return config
+
+
+def checked(config: dict) -> dict:
+    prepare_config(config)
+    check_config(config, gpus_available=False)
+    return config
+
+
+def test_a_code_benchmark_is_asked_with_the_code_prompt_and_judged_by_its_tests():
+    config = checked(code_config(judge={"timeout_seconds": 3}))
+    plan = Plan(config, Layout.under("results/x"))
+    assert plan.generation_job("base", "humaneval", "test")["prompt"]["template"] == "code"
+    assert benchmark_judge(config, "humaneval") == {"extraction": "code", "timeout_seconds": 3, "memory_limit_mb": 4096}
+    assert benchmark_judge(config, "mbpp")["timeout_seconds"] == 10, "the preset's own limit"
+    config["judge"]["llm"] = {"stand-in": True}
+    assert (llm_judged(config, "humaneval"), llm_judged(config, "arithmetic")) == (False, True), (
+        "the LLM judge reads answers, not programs: a code benchmark's chunks skip it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda config: config["benchmarks"]["humaneval"].update(judge={"extraction": "boxed"}),
+            r"benchmarks\.humaneval\.judge\.extraction: benchmark 'humaneval' is a code benchmark .* set "
+            r"benchmarks\.humaneval\.judge: \{extraction: code\}",
+        ),
+        (
+            lambda config: config["benchmarks"]["arithmetic"].update(judge={"extraction": "code"}),
+            r"config key benchmarks\.arithmetic\.judge\.extraction is code .* benchmark 'arithmetic' has no tests",
+        ),
+        (
+            lambda config: config.update(
+                train_benchmarks=["arithmetic", "mbpp"], synthesis={"writer": "student", "label": {"solver": "student"}}
+            ),
+            r"config key synthesis: train benchmark 'mbpp' is a code benchmark",
+        ),
+        (
+            lambda config: config["tiny_model"].update(bootstrap_benchmark="mbpp"),
+            r"config key tiny_model\.bootstrap_benchmark names a code benchmark",
+        ),
+        (
+            lambda config: (
+                config.update(train_benchmarks=["mbpp"]),
+                config["sft"].update(filters={"score": "both"}),
+                config["judge"].update(
+                    llm={
+                        "model": {"path": "judge-model"},
+                        "generation": {"sampling": {"max_new_tokens": 4}},
+                        "prompt": {"user": "{problem} {generation}"},
+                    }
+                ),
+            ),
+            r"config key sft\.filters\.score is 'both', but train benchmark 'mbpp' is a code benchmark",
+        ),
+    ],
+)
+def test_code_mistakes_stop_the_plan_naming_the_key(mutate, message):
+    config = code_config()
+    mutate(config)
+    with pytest.raises(SnakeskillsError, match=message):
+        checked(config)
+
+
+# ---------------------------------------------------------------- HumanEval and MBPP on the real SmolLM2
+
+
+@pytest.mark.slow
+def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
+    """SmolLM2-135M-Instruct on HumanEval's and MBPP's layouts (the presets on local copies), through Snakemake:
+    the code question in the model's chat template, each sample's program run against its tests, metrics, and the
+    SFT data of a round built from the train programs that passed."""
+    from dataset_fixtures import write_humaneval, write_mbpp
+
+    write_humaneval(tmp_path / "humaneval")
+    write_mbpp(tmp_path / "mbpp")
+    config = yaml.safe_load((DEFAULT_CONFIG.parent / "examples/smollm2-135m-instruct-arithmetic.yaml").read_text())
+    config["model"]["path"] = str(smollm2)
+    config["benchmarks"] = {
+        "humaneval": {"preset": "humaneval", "hf": {"path": str(tmp_path / "humaneval")}},
+        "mbpp": {"preset": "mbpp", "hf": {"path": str(tmp_path / "mbpp")}},
+    }
+    config["train_benchmarks"] = ["mbpp"]
+    config["generation"]["sampling"]["max_new_tokens"] = 128
+    config.update(num_seeds=1, train_num_seeds=2)
+    configfile = write_config(tmp_path / "code.yaml", config)
+    results = tmp_path / "results" / config["experiment"]
+    model = "smollm2-135m-instruct"
+    targets = [
+        f"results/{config['experiment']}/metrics/{model}/{name}/test/metrics.json" for name in ("humaneval", "mbpp")
+    ]
+    targets.append(f"results/{config['experiment']}/sft/round1/data.jsonl")
+    process = run_snakemake(tmp_path, "--cores", "2", *targets, configfile=configfile, timeout=900)
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+
+    log = next((results / "logs/generate" / model / "humaneval/test").rglob("*.log")).read_text()
+    first_input = json.loads(re.search(r"model input of the first row .*?: (.*)$", log, re.M).group(1))
+    assert first_input.startswith("<|im_start|>system\n") and first_input.endswith("<|im_start|>assistant\n")
+    assert f"one ```python code block.\n\n{HUMANEVAL_TEST[0]['prompt']}<|im_end|>" in first_input
+    statuses = []
+    for name, source in (("humaneval", HUMANEVAL_TEST), ("mbpp", MBPP_TEST)):
+        rows = read_jsonl(results / "judge" / model / name / "test/output-rs0.jsonl")
+        assert len(rows) == len(source)
+        for row in rows:
+            statuses.append(row["execution_status"])
+            if row["predicted_answer"] is None:
+                assert (row["execution_status"], row["symbolic_correct"]) == (NO_CODE, False)
+                continue
+            rerun = run(
+                program_under_test(row["predicted_answer"], starter_code=row.get("starter_code"), tests=row["tests"])
+            )
+            assert (row["execution_status"], row["symbolic_correct"]) == (rerun.status, rerun.passed), row["id"]
+        metrics = json.loads((results / "metrics" / model / name / "test/metrics.json").read_text())[name]
+        assert metrics["pass@1"]["num_entries"] == len(source)
+    assert PASSED in statuses, "the model solves HumanEval/53 (add) as sampled here"
+    sft_rows = read_jsonl(results / "sft/round1/data.jsonl")
+    judged_train = [
+        row for seed in (0, 1) for row in read_jsonl(results / "judge" / model / f"mbpp/train/output-rs{seed}.jsonl")
+    ]
+    assert {row["id"] for row in sft_rows} <= {row["id"] for row in judged_train if row["symbolic_correct"]}
+    for row in sft_rows:
+        assert "Your code should pass these tests:" in row["messages"][-2]["content"]
