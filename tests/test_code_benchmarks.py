@@ -427,6 +427,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
         assert metrics["pass@1"]["num_entries"] == len(source)
     assert PASSED in statuses, "the model solves HumanEval/53 (add) as sampled here"
     sft_rows = read_jsonl(results / "sft/round1/data.jsonl")
+    assert sft_rows, "a train program passed (sft_data stops when none does)"
     judged_train = [
         row for seed in (0, 1) for row in read_jsonl(results / "judge" / model / f"mbpp/train/output-rs{seed}.jsonl")
     ]

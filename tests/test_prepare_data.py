@@ -15,7 +15,17 @@ import pyarrow.parquet
 import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, REPO, job_counts, run_snakemake
-from dataset_fixtures import AIME24_TRAIN, GPQA_DIAMOND, GSM8K_TEST, GSM8K_TRAIN, MATH500_TEST, MMLU_TEST, WRITERS
+from dataset_fixtures import (
+    AIME24_TRAIN,
+    GPQA_DIAMOND,
+    GSM8K_TEST,
+    GSM8K_TRAIN,
+    HUMANEVAL_TEST,
+    MATH500_TEST,
+    MBPP_TEST,
+    MMLU_TEST,
+    WRITERS,
+)
 
 from snakeskills.data.prepare import (
     PRESETS_DIR,
@@ -64,7 +74,17 @@ def preset_on_fixture(preset: str, folder: Path, **overrides) -> dict:
 def test_presets_ship_and_match_the_schema():
     import jsonschema
 
-    assert known_presets() == ["aime24", "aime25", "gpqa-diamond", "gsm8k", "math-500", "mmlu", "mmlu-pro"]
+    assert known_presets() == [
+        "aime24",
+        "aime25",
+        "gpqa-diamond",
+        "gsm8k",
+        "humaneval",
+        "math-500",
+        "mbpp",
+        "mmlu",
+        "mmlu-pro",
+    ]
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     for preset in known_presets():
@@ -164,6 +184,34 @@ def test_gpqa_preset_shuffles_the_options_and_finds_the_correct_text(offline_hf,
         ), "every option once, stripped"
         assert row["problem"].startswith(source["Question"] + "\nA. ")
     assert rows == prepare_split("gpqa-diamond", spec, "test"), "the same order on every run"
+
+
+def test_humaneval_preset_runs_the_check_function_with_the_prompt_as_starter(offline_hf, tmp_path):
+    spec = preset_on_fixture("humaneval", tmp_path / "humaneval")
+    rows = prepare_split("humaneval", spec, "test")  # the canonical solutions pass their tests while preparing
+    assert [row["id"] for row in rows] == ["HumanEval/0", "HumanEval/2", "HumanEval/53"]
+    for row, source in zip(rows, HUMANEVAL_TEST, strict=True):
+        assert row["problem"] == row["starter_code"] == source["prompt"]
+        assert row["tests"] == source["test"].rstrip("\n") + f"\ncheck({source['entry_point']})\n"
+        assert row["reference_solution"] == source["canonical_solution"] and "expected_answer" not in row
+    spec["code"]["reference"] = "prompt"  # a stub as the reference: the check catches the wrong column
+    with pytest.raises(
+        SnakeskillsError, match=r"3 of 3 reference solutions fail their own tests \(row HumanEval/0: fa"
+    ):
+        prepare_split("humaneval", spec, "test")
+
+
+def test_mbpp_preset_shows_its_asserts_and_runs_its_setup(offline_hf, tmp_path):
+    spec = preset_on_fixture("mbpp", tmp_path / "mbpp")
+    rows = prepare_split("mbpp", spec, "test")
+    assert [row["id"] for row in rows] == ["14", "17"]
+    assert rows[1]["problem"] == (
+        "Write a function to find the perimeter of a square.\nYour code should pass these tests:\n\n"
+        + "\n".join(MBPP_TEST[1]["test_list"])
+    )
+    assert rows[1]["tests"] == "\n".join(MBPP_TEST[1]["test_list"]) + "\n", "an empty setup adds nothing"
+    train = prepare_split("mbpp", spec, "train")
+    assert train[1]["tests"].startswith("import re\nassert reverse_words('a b c') == 'c b a'")
 
 
 def test_not_cached_and_offline_says_how_to_fix(offline_hf):
@@ -313,7 +361,9 @@ def test_unknown_preset_and_missing_source_settings_name_the_key():
     with pytest.raises(SnakeskillsError) as error:
         resolve_benchmark_spec("mine", {"preset": "gsm9k"})
     assert "config key benchmarks.mine.preset: unknown preset 'gsm9k'" in str(error.value)
-    assert "known presets: aime24, aime25, gpqa-diamond, gsm8k, math-500, mmlu, mmlu-pro" in str(error.value)
+    assert "known presets: aime24, aime25, gpqa-diamond, gsm8k, humaneval, math-500, mbpp, mmlu, mmlu-pro" in str(
+        error.value
+    )
     with pytest.raises(SnakeskillsError, match=r"config key benchmarks\.mine\.parquet is required"):
         resolve_benchmark_spec("mine", {"source": "parquet"})
 
