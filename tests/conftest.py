@@ -96,6 +96,16 @@ def generation_section(**overrides) -> dict:
     return config["generation"]
 
 
+def checked_config(config: dict) -> dict:
+    """``config`` validated (the schema's defaults filled) and cross-checked as the workflow does before planning,
+    on a node without GPUs."""
+    from snakeskills.plan import check_config, prepare_config
+
+    prepare_config(config)
+    check_config(config, gpus_available=False)
+    return config
+
+
 def resolved_prompt(**settings) -> dict:
     """A ``prompt`` section of ``settings``, its other keys the schema's defaults (validated as the workflow does),
     resolved as a job gets it."""

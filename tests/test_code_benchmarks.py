@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, resolved_prompt, run_snakemake, write_config
+from conftest import DEFAULT_CONFIG, checked_config, resolved_prompt, run_snakemake, write_config
 from dataset_fixtures import HUMANEVAL_TEST, MBPP_TEST
 
 from snakeskills.code_execution import (
@@ -35,7 +35,7 @@ from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benc
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import judge_records, judge_verdicts
-from snakeskills.plan import Layout, Plan, benchmark_judge, check_config, llm_judged, prepare_config
+from snakeskills.plan import Layout, Plan, benchmark_judge, llm_judged
 from snakeskills.sft import select_sft_records
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
@@ -312,14 +312,8 @@ def code_config(**humaneval) -> dict:
     return config
 
 
-def checked(config: dict) -> dict:
-    prepare_config(config)
-    check_config(config, gpus_available=False)
-    return config
-
-
 def test_a_code_benchmark_is_asked_with_the_code_prompt_and_judged_by_its_tests():
-    config = checked(code_config(judge={"timeout_seconds": 3}))
+    config = checked_config(code_config(judge={"timeout_seconds": 3}))
     plan = Plan(config, Layout.under("results/x"))
     assert plan.generation_job("base", "humaneval", "test")["prompt"]["template"] == "code"
     assert benchmark_judge(config, "humaneval") == {"extraction": "code", "timeout_seconds": 3, "memory_limit_mb": 4096}
@@ -372,7 +366,7 @@ def test_code_mistakes_stop_the_plan_naming_the_key(mutate, message):
     config = code_config()
     mutate(config)
     with pytest.raises(SnakeskillsError, match=message):
-        checked(config)
+        checked_config(config)
 
 
 # ---------------------------------------------------------------- HumanEval and MBPP on the real SmolLM2

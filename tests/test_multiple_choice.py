@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, run_snakemake, teacher_section, write_config
+from conftest import DEFAULT_CONFIG, checked_config, run_snakemake, teacher_section, write_config
 from dataset_fixtures import MMLU_TEST
 
 from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
@@ -27,8 +27,6 @@ from snakeskills.plan import (
     Layout,
     Plan,
     benchmark_judge,
-    check_config,
-    prepare_config,
 )
 from snakeskills.prompts import build_messages, resolve_prompt
 from snakeskills.sft import select_sft_records
@@ -122,7 +120,7 @@ def test_a_missing_column_and_a_second_answer_source_name_the_key(tmp_path):
 def test_preparing_ignores_how_a_benchmark_is_asked_and_judged():
     """prepare_data's params (its rerun trigger) hold what decides the rows: a benchmark without multiple_choice,
     prompt or judge gives exactly the spec runs made before those keys existed, so upgrading reruns nothing."""
-    config = checked(mixed_config())
+    config = checked_config(mixed_config())
     assert preparing_spec(config["benchmarks"]["arithmetic"]) == {
         key: DEFAULT["benchmarks"]["arithmetic"][key] for key in ("source", "synthetic")
     } | {"field_map": {}}
@@ -180,17 +178,11 @@ def mixed_config(**mmlu) -> dict:
     return config
 
 
-def checked(config: dict) -> dict:
-    prepare_config(config)
-    check_config(config, gpus_available=False)
-    return config
-
-
 def test_each_benchmark_is_asked_and_judged_its_own_way():
     config = mixed_config()
     config["judge"]["regex"] = r"(-?\d+)"
     config["prompt"]["chat_template_kwargs"] = {}
-    plan = Plan(checked(config), Layout.under("results/x"))
+    plan = Plan(checked_config(config), Layout.under("results/x"))
     arithmetic = plan.generation_job("base", "arithmetic", "test")["prompt"]
     mmlu = plan.generation_job("base", "mmlu", "test")["prompt"]
     assert arithmetic == config["prompt"]
@@ -205,7 +197,7 @@ def test_each_benchmark_is_asked_and_judged_its_own_way():
 def test_a_teacher_asks_the_benchmarks_question_with_its_own_chat_settings():
     config = mixed_config()
     config["teacher"] = teacher_section(name="teacher", prompt={"user": "Q: {problem}", "chat_template": True})
-    plan = Plan(checked(config), Layout.under("results/x"))
+    plan = Plan(checked_config(config), Layout.under("results/x"))
     prompt = plan.generation_job("teacher", "mmlu", "test")["prompt"]
     assert (prompt["template"], prompt["user"], prompt["chat_template"]) == ("multiple-choice", None, True)
     assert plan.generation_job("teacher", "arithmetic", "test")["prompt"]["user"] == "Q: {problem}"
@@ -240,13 +232,13 @@ def test_mistakes_stop_the_plan_naming_the_key(mutate, message):
     config["benchmarks"]["mmlu"]["hf"]["splits"] = {"test": "test", "train": "auxiliary_train"}
     mutate(config)
     with pytest.raises(SnakeskillsError, match=message):
-        checked(config)
+        checked_config(config)
 
 
 def test_sft_examples_are_asked_as_their_benchmark_asks(tmp_path):
     config = mixed_config()
     config["train_benchmarks"] = ["arithmetic", "mmlu"]
-    plan = Plan(checked(config), Layout.under("results/x"))
+    plan = Plan(checked_config(config), Layout.under("results/x"))
     sources = plan.sft_judged_sources("round1")
     seeds = len(plan.seeds("base", "train"))
     assert [benchmark for _, benchmark, _ in sources] == ["arithmetic"] * seeds + ["mmlu"] * seeds
