@@ -119,13 +119,15 @@ def test_a_missing_column_and_a_second_answer_source_name_the_key(tmp_path):
 
 def test_preparing_ignores_how_a_benchmark_is_asked_and_judged():
     """prepare_data's params (its rerun trigger) hold what decides the rows: a benchmark without multiple_choice,
-    prompt or judge gives exactly the spec runs made before those keys existed, so upgrading reruns nothing."""
+    code, prompt or judge gives exactly the spec runs made before those keys existed, so upgrading reruns nothing."""
     config = checked_config(mixed_config())
     assert preparing_spec(config["benchmarks"]["arithmetic"]) == {
         key: DEFAULT["benchmarks"]["arithmetic"][key] for key in ("source", "synthetic")
     } | {"field_map": {}}
     mmlu = config["benchmarks"]["mmlu"]
-    assert preparing_spec(mmlu) == {key: value for key, value in mmlu.items() if key not in ("prompt", "judge")}
+    assert preparing_spec(mmlu) == {
+        key: value for key, value in mmlu.items() if key not in ("prompt", "judge", "code")
+    }, "code is not set on it (the schema's null): left out too"
     assert preparing_spec(mmlu)["multiple_choice"]["options"] == "choices"
 
 
