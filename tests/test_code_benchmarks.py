@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, checked_config, resolved_prompt, run_snakemake, write_config
+from conftest import DEFAULT_CONFIG, checked_config, planned_jobs, resolved_prompt, run_snakemake, write_config
 from dataset_fixtures import HUMANEVAL_TEST, MBPP_TEST
 
 from snakeskills.code_execution import (
@@ -322,6 +322,35 @@ def test_a_code_benchmark_is_asked_with_the_code_prompt_and_judged_by_its_tests(
     assert (llm_judged(config, "humaneval"), llm_judged(config, "arithmetic")) == (False, True), (
         "the LLM judge reads answers, not programs: a code benchmark's chunks skip it"
     )
+
+
+def test_the_llm_judge_reads_the_answer_benchmarks_chunks_and_code_chunks_skip_it(tmp_path, tiny_checkpoint):
+    """A dry run of the default with HumanEval beside arithmetic and an LLM judge: one llm_judge job per arithmetic
+    chunk, none for HumanEval, whose merged seed files take the rule-based judge's chunks."""
+    from dataset_fixtures import write_humaneval
+
+    config = copy.deepcopy(DEFAULT)
+    config["benchmarks"]["humaneval"] = {"preset": "humaneval", "hf": {"path": str(write_humaneval(tmp_path / "he"))}}
+    config["judge"]["llm"] = {
+        "model": {"path": str(tiny_checkpoint)},
+        "prompt": {"user": "{expected_answer}?{predicted_answer}:"},
+        "generation": {"backend": "hf", "sampling": {"max_new_tokens": 4}},
+    }
+    jobs = planned_jobs(tmp_path, write_config(tmp_path / "config.yaml", config))
+    llm_judged_benchmarks = {job["wildcards"]["benchmark"] for job in jobs if job["rule"] == "llm_judge"}
+    assert llm_judged_benchmarks == {"arithmetic"}
+    merged = {
+        benchmark: [
+            path
+            for job in jobs
+            if job["rule"] == "merge_judged" and job["wildcards"]["benchmark"] == benchmark
+            for path in job["input"]
+        ]
+        for benchmark in ("arithmetic", "humaneval")
+    }
+    assert merged["arithmetic"] and all("judge-llm/" in path for path in merged["arithmetic"])
+    assert merged["humaneval"] and not any("judge-llm/" in path for path in merged["humaneval"])
+    assert any(job["rule"] == "judge" and job["wildcards"]["benchmark"] == "humaneval" for job in jobs)
 
 
 @pytest.mark.parametrize(
