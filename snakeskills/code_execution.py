@@ -131,7 +131,7 @@ def program_under_test(answer: str, *, starter_code: str | None, tests: str) -> 
 
 
 @dataclass(frozen=True)
-class TestRun:
+class ProgramRun:
     """How one program ran against its tests: ``status`` is passed, failed or timed out; ``error`` the last line
     of what a failing program wrote to stderr (its exception), shortened."""
 
@@ -151,7 +151,7 @@ def _error_line(stderr: str) -> str | None:
     return line if len(line) <= ERROR_TAIL_CHARS else line[: ERROR_TAIL_CHARS - 3] + "..."
 
 
-def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | None) -> TestRun:
+def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
     """Run one program (``program_under_test``) in a fresh interpreter under the limits; see the module doc."""
     with tempfile.TemporaryDirectory(prefix="snakeskills-run-") as folder:
         path = os.path.join(folder, "solution.py")
@@ -184,16 +184,16 @@ def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | No
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()
-            return TestRun(TIMED_OUT, f"ran past {timeout_seconds:g} s")
+            return ProgramRun(TIMED_OUT, f"ran past {timeout_seconds:g} s")
         _kill_group(process)  # whatever the program left running in its session
     if process.returncode == 0:
-        return TestRun(PASSED)
+        return ProgramRun(PASSED)
     error = _error_line(stderr.decode("utf-8", "replace"))
     if process.returncode < 0:
         name = signal.Signals(-process.returncode).name
         reason = f"killed by {name}" + (" (CPU time limit)" if name == "SIGXCPU" else "")
         error = f"{reason}: {error}" if error else reason
-    return TestRun(FAILED, error or f"exit status {process.returncode}")
+    return ProgramRun(FAILED, error or f"exit status {process.returncode}")
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -203,14 +203,14 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def run_many(
     programs: Iterable[str], *, num_workers: int, timeout_seconds: float, memory_limit_mb: int | None
-) -> list[TestRun]:
+) -> list[ProgramRun]:
     """``run_tests`` for each program, ``num_workers`` at a time; identical programs run once."""
     programs = list(programs)
     distinct = list(dict.fromkeys(programs))
     if not distinct:
         return []
 
-    def run(program: str) -> TestRun:
+    def run(program: str) -> ProgramRun:
         return run_tests(program, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
 
     with ThreadPoolExecutor(max_workers=max(1, min(num_workers, len(distinct)))) as pool:
