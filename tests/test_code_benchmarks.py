@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, checked_config, planned_jobs, resolved_prompt, run_snakemake, write_config
-from dataset_fixtures import HUMANEVAL_TEST, MBPP_TEST
+from dataset_fixtures import HUMANEVAL_TEST, MBPP_TRAIN
 
 from snakeskills.code_execution import (
     FAILED,
@@ -404,8 +404,8 @@ def test_code_mistakes_stop_the_plan_naming_the_key(mutate, message):
 @pytest.mark.slow
 def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     """SmolLM2-135M-Instruct on HumanEval's and MBPP's layouts (the presets on local copies), through Snakemake:
-    the code question in the model's chat template, each sample's program run against its tests, metrics, and the
-    SFT data of a round built from the train programs that passed."""
+    the code question in the model's chat template, each sample's program run against its tests (HumanEval's test
+    split, MBPP's train split), metrics, and the SFT data of a round built from the train programs that passed."""
     from dataset_fixtures import write_humaneval, write_mbpp
 
     write_humaneval(tmp_path / "humaneval")
@@ -423,9 +423,9 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     results = tmp_path / "results" / config["experiment"]
     model = "smollm2-135m-instruct"
     targets = [
-        f"results/{config['experiment']}/metrics/{model}/{name}/test/metrics.json" for name in ("humaneval", "mbpp")
+        f"results/{config['experiment']}/metrics/{model}/humaneval/test/metrics.json",
+        f"results/{config['experiment']}/sft/round1/data.jsonl",  # MBPP's train split, 2 seeds
     ]
-    targets.append(f"results/{config['experiment']}/sft/round1/data.jsonl")
     process = run_snakemake(tmp_path, "--cores", "2", *targets, configfile=configfile, timeout=900)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
 
@@ -434,26 +434,27 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     assert first_input.startswith("<|im_start|>system\n") and first_input.endswith("<|im_start|>assistant\n")
     assert f"one ```python code block.\n\n{HUMANEVAL_TEST[0]['prompt']}<|im_end|>" in first_input
     statuses = []
-    for name, source in (("humaneval", HUMANEVAL_TEST), ("mbpp", MBPP_TEST)):
-        rows = read_jsonl(results / "judge" / model / name / "test/output-rs0.jsonl")
-        assert len(rows) == len(source)
-        for row in rows:
-            statuses.append(row["execution_status"])
-            if row["predicted_answer"] is None:
-                assert (row["execution_status"], row["symbolic_correct"]) == (NO_CODE, False)
-                continue
-            rerun = run(
-                program_under_test(row["predicted_answer"], starter_code=row.get("starter_code"), tests=row["tests"])
-            )
-            assert (row["execution_status"], row["symbolic_correct"]) == (rerun.status, rerun.passed), row["id"]
-        metrics = json.loads((results / "metrics" / model / name / "test/metrics.json").read_text())[name]
-        assert metrics["pass@1"]["num_entries"] == len(source)
+    judged = {
+        split: [
+            row for seed in seeds for row in read_jsonl(results / "judge" / model / f"{split}/output-rs{seed}.jsonl")
+        ]
+        for split, seeds in (("humaneval/test", (0,)), ("mbpp/train", (0, 1)))
+    }
+    assert len(judged["humaneval/test"]) == len(HUMANEVAL_TEST) and len(judged["mbpp/train"]) == 2 * len(MBPP_TRAIN)
+    for row in judged["humaneval/test"] + judged["mbpp/train"]:
+        statuses.append(row["execution_status"])
+        if row["predicted_answer"] is None:
+            assert (row["execution_status"], row["symbolic_correct"]) == (NO_CODE, False)
+            continue
+        rerun = run(
+            program_under_test(row["predicted_answer"], starter_code=row.get("starter_code"), tests=row["tests"])
+        )
+        assert (row["execution_status"], row["symbolic_correct"]) == (rerun.status, rerun.passed), row["id"]
+    metrics = json.loads((results / "metrics" / model / "humaneval/test/metrics.json").read_text())["humaneval"]
+    assert metrics["pass@1"]["num_entries"] == len(HUMANEVAL_TEST)
     assert PASSED in statuses, "the model solves HumanEval/53 (add) as sampled here"
     sft_rows = read_jsonl(results / "sft/round1/data.jsonl")
     assert sft_rows, "a train program passed (sft_data stops when none does)"
-    judged_train = [
-        row for seed in (0, 1) for row in read_jsonl(results / "judge" / model / f"mbpp/train/output-rs{seed}.jsonl")
-    ]
-    assert {row["id"] for row in sft_rows} <= {row["id"] for row in judged_train if row["symbolic_correct"]}
+    assert {row["id"] for row in sft_rows} <= {row["id"] for row in judged["mbpp/train"] if row["symbolic_correct"]}
     for row in sft_rows:
         assert "Your code should pass these tests:" in row["messages"][-2]["content"]
