@@ -16,6 +16,7 @@ from snakeskills.plan import (
     check_config,
     check_model_paths,
     check_results_dir,
+    is_code_benchmark,
     llm_judged,
     prepare_config,
     training_gpus,
@@ -237,6 +238,11 @@ def rule_judge_config(wildcards) -> JobSettings:
 def judge_threads():
     """Worker processes per judge job: judge.threads, or every core the run was given."""
     return config["judge"]["threads"] or workflow.cores
+
+
+def prepare_data_threads(wildcards):
+    """A code benchmark's preparing runs its reference solutions, as many at a time as a judge job; others: 1."""
+    return judge_threads() if is_code_benchmark(config, wildcards.benchmark) else 1
 
 
 def judged_chunks(wildcards):

@@ -7,6 +7,7 @@ rule prepare_data:
         spec=benchmark_preparing_spec,
     log:
         LOGS / "prepare_data/{benchmark}/{split}.log",
+    threads: prepare_data_threads
     wildcard_constraints:
         split=r"(?!synth-round\d)[A-Za-z0-9._-]+",  # synthesized splits are made by rules/synthesis.smk
     conda:

@@ -97,16 +97,10 @@ def select_sft_records(
             seen.add(key)
             kept_per_problem[row["id"]] = kept_per_problem.get(row["id"], 0) + 1
             messages = build_messages(prompt, row) + [{"role": "assistant", "content": text}]
-            records.append(
-                {
-                    "id": row["id"],
-                    "problem": row["problem"],
-                    # a code row has tests, not an expected answer
-                    **{field: row[field] for field in ("expected_answer",) if field in row},
-                    "generated_by": source,
-                    "messages": messages,
-                }
-            )
+            example = {"id": row["id"], "problem": row["problem"]}
+            if "expected_answer" in row:  # a code row has tests, not an expected answer
+                example["expected_answer"] = row["expected_answer"]
+            records.append({**example, "generated_by": source, "messages": messages})
             kept_by_source[source] += 1
     counts["kept"] = len(records)
     counts["problems_covered"] = len(kept_per_problem)

@@ -240,13 +240,16 @@ def read_columns(spec: dict, key: str) -> dict[str, str]:
         else:
             named.update({f"{key}.multiple_choice.options[{index}]": column for index, column in enumerate(options)})
         named[f"{key}.multiple_choice.correct.column"] = choice["correct"]["column"]
-    code = spec["code"]
-    if code is not None:
-        for name in ("tests", "setup", "starter", "reference"):
-            if code.get(name) is not None:
-                named[f"{key}.code.{name}"] = code[name]
-        if code.get("run") is not None:
-            named.update({f"{key}.code.run {{{column}}}": column for column in run_columns(code["run"], key)})
+    if spec["code"] is not None:
+        named.update(code_columns(spec["code"], f"{key}.code"))
+    return named
+
+
+def code_columns(code: dict, key: str) -> dict[str, str]:
+    """The columns a ``code`` section reads, by the config key that names them (``key`` is the section's)."""
+    named = {f"{key}.{name}": code[name] for name in ("tests", "setup", "starter", "reference") if code.get(name)}
+    if code.get("run") is not None:
+        named.update({f"{key}.run {{{column}}}": column for column in run_columns(code["run"], f"{key}.run")})
     return named
 
 
@@ -383,34 +386,28 @@ def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
     key = f"{key}.code"
     if record.get("problem") is None:
         raise SnakeskillsError(f"{where}: no problem (map one with field_map.problem)")
-    for name in ("tests", "setup", "starter", "reference"):
-        if code.get(name) is not None and code[name] not in record:
-            raise SnakeskillsError(f"{where}: config key {key}.{name} names column {code[name]!r}, which the row lacks")
-    run_fields = run_columns(code["run"], f"{key}.run") if code.get("run") is not None else []
-    for column in run_fields:
+    for config_key, column in code_columns(code, key).items():  # a JSONL row's columns are only known here
         if column not in record:
-            raise SnakeskillsError(
-                f"{where}: config key {key}.run {{{column}}} names column {column!r}, which the row lacks"
-            )
+            raise SnakeskillsError(f"{where}: config key {config_key} names column {column!r}, which the row lacks")
     tests = code_text(record[code["tests"]], name=f"{key}.tests", where=where)
     if not tests.strip():
         raise SnakeskillsError(f"{where}: config key {key}.tests names column {code['tests']!r}, which is empty here")
     parts = []
     if code.get("setup") is not None:
-        parts.append(code_text(record.get(code["setup"]), name=f"{key}.setup", where=where))
+        parts.append(code_text(record[code["setup"]], name=f"{key}.setup", where=where))
     parts.append(tests)
     if code.get("run") is not None:
-        parts.append(code["run"].format_map({column: record[column] for column in run_fields}))
+        parts.append(code["run"].format_map(record))
     prepared = {**record, "tests": "\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n"}
     if code.get("show_tests"):
         prepared["problem"] = f"{record['problem']}\nYour code should pass these tests:\n\n{tests.strip()}"
     for name, field in (("starter", "starter_code"), ("reference", "reference_solution")):
         if code.get(name) is not None:
-            prepared[field] = code_text(record.get(code[name]), name=f"{key}.{name}", where=where)
+            prepared[field] = code_text(record[code[name]], name=f"{key}.{name}", where=where)
     return prepared
 
 
-def check_reference_solutions(records: list[dict], *, key: str, where: str) -> None:
+def check_reference_solutions(records: list[dict], *, key: str, where: str, threads: int) -> None:
     """Each row's reference solution must pass its own tests (run as answers are): a tests, setup or run key
     reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong."""
     from snakeskills.code_execution import program_under_test, run_many
@@ -420,7 +417,7 @@ def check_reference_solutions(records: list[dict], *, key: str, where: str) -> N
         program_under_test(record["reference_solution"], starter_code=record.get("starter_code"), tests=record["tests"])
         for record in checked
     ]
-    runs = run_many(programs, num_workers=os.cpu_count() or 1, timeout_seconds=30, memory_limit_mb=None)
+    runs = run_many(programs, num_workers=threads, timeout_seconds=30, memory_limit_mb=None)
     failed = [(record["id"], run) for record, run in zip(checked, runs, strict=True) if not run.passed]
     if failed:
         shown = "; ".join(f"row {row_id}: {run.status}, {run.error}" for row_id, run in failed[:3])
@@ -563,8 +560,9 @@ def load_source(benchmark: str, spec: dict, split: str) -> tuple[list[dict], lis
     raise SnakeskillsError(f"config key {key}.source: unknown source {source!r}; known: {', '.join(SOURCES)}")
 
 
-def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
-    """The prepared rows of one split of one resolved benchmark spec (``config["benchmarks"][benchmark]``)."""
+def prepare_split(benchmark: str, spec: dict, split: str, *, threads: int = 1) -> list[dict]:
+    """The prepared rows of one split of one resolved benchmark spec (``config["benchmarks"][benchmark]``);
+    ``threads``: reference solutions run at a time (a code benchmark's)."""
     key = f"benchmarks.{benchmark}"
     rows, columns, where = load_source(benchmark, spec, split)
     spec = {
@@ -593,5 +591,5 @@ def prepare_split(benchmark: str, spec: dict, split: str) -> list[dict]:
     ]
     prepared = normalize_records(records, benchmark=benchmark, split=split, where=where, required=("problem", "tests"))
     if code.get("check_reference", True) and code.get("reference") is not None:
-        check_reference_solutions(prepared, key=key, where=where)
+        check_reference_solutions(prepared, key=key, where=where, threads=threads)
     return prepared
