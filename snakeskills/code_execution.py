@@ -1,24 +1,33 @@
 """Running a generated program against its tests: the verdict of a code benchmark (``judge.extraction: code``).
 
-A code benchmark's prepared row carries ``tests``: a Python program that exits with status 0 when the solution
-is right (a chain of ``assert``s, or HumanEval's ``check`` function and its call), and optionally
-``starter_code``, the code the answer continues (HumanEval's signature and docstring). The answer is the last
-fenced code block of the generation (```` ```python ```` preferred; the text itself when it has no fence and
-parses as Python). The program run is ``starter_code + answer + tests``: a full function definition in the
-answer replaces the starter's stub, and a bare function body continues it, so both answer styles are judged.
+A code benchmark's prepared row carries its tests in one of two forms:
 
-Each program runs in a fresh ``python3 -I`` process in its own empty working folder and session, with no input,
-its output discarded and these limits (set inside the child before the program is compiled, soft = hard, so it
-cannot raise them): wall clock ``timeout_seconds`` (the whole process group is killed past it), CPU time, address
-space ``memory_limit_mb``, files it writes of at most 16 MB, no core dumps. This bounds mistakes, not malice: the
-program runs as the job's user, with the job's file system and network. Run code benchmarks where that is
-acceptable (a throwaway container or cluster node), as with any execution-based benchmark harness.
+- ``tests``: a Python program that exits with status 0 when the solution is right (a chain of ``assert``s, or
+  HumanEval's ``check`` function and its call), and optionally ``starter_code``, the code the answer continues
+  (HumanEval's signature and docstring). The program run is ``starter_code + answer + tests``: a full function
+  definition in the answer replaces the starter's stub, and a bare function body continues it, so both answer
+  styles are judged.
+- ``test_cases``: a list of ``{"input", "output"}`` texts (APPS, CodeContests, LiveCodeBench's stdin problems). The
+  answer is a whole program, run once per case with the case's input on its standard input; it passes a case when
+  its standard output matches the expected output token by token (whitespace and line breaks aside; numbers equal
+  within 1e-6, so ``0.5`` matches ``0.500000``). Cases run in order; the first failing one decides.
+
+The answer is the last fenced code block of the generation (```` ```python ```` preferred; the text itself when it
+has no fence and parses as Python).
+
+Each run is a fresh ``python3 -I`` process in its own empty working folder and session, its output discarded (or,
+for a case, kept in a file there) and these limits (set inside the child before the program is compiled, soft =
+hard, so it cannot raise them): wall clock ``timeout_seconds`` (per case; the whole process group is killed past
+it), CPU time, address space ``memory_limit_mb``, files (and a case's output) of at most 16 MB, no core dumps. This
+bounds mistakes, not malice: the program runs as the job's user, with the job's file system and network. Run code
+benchmarks where that is acceptable (a throwaway container or cluster node), as with any execution-based harness.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import json
 import logging
 import math
 import os
@@ -124,16 +133,91 @@ def _looks_like_code(text: str) -> bool:
     return not (len(statements) == 1 and isinstance(statements[0], ast.Expr))
 
 
+def _compiles(code: str) -> bool:
+    try:
+        compile(code, "<answer>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def continued(answer: str, starter_code: str | None) -> str:
+    """The answer after the code it continues: the starter, then the answer (a bare function body continues the
+    starter's signature; a whole definition after HumanEval's docstring stub replaces it). When that does not
+    compile but the answer alone does, the answer repeated the starter whole (a stub without a body, as APPS'
+    ``class Solution: def f(self, x):``), and is run alone; a body written without its indentation is indented
+    to continue the starter."""
+    answer = answer.rstrip("\n")
+    if not starter_code:
+        return answer
+    starter = starter_code.rstrip("\n")
+    combined = f"{starter}\n{answer}"
+    if _compiles(combined):
+        return combined
+    if _compiles(answer):
+        return answer
+    body = f"{starter}\n{textwrap.indent(textwrap.dedent(answer), _body_indent(starter))}"
+    return body if _compiles(body) else combined
+
+
+def _body_indent(starter: str) -> str:
+    """The indentation a body continuing the starter takes: the starter's last line when it is only spaces
+    (APPS' stubs end so), else its last line's (a docstring), one level deeper after a line ending in a colon."""
+    last = starter.splitlines()[-1] if starter.strip() else ""
+    if not last.strip():
+        return last
+    indent = last[: len(last) - len(last.lstrip())]
+    return indent + "    " if last.rstrip().endswith(":") else indent
+
+
 def program_under_test(answer: str, *, starter_code: str | None, tests: str) -> str:
-    """The file run for one answer: the starter (when the benchmark has one), the answer, then the tests."""
-    parts = [starter_code.rstrip("\n")] if starter_code else []
-    return "\n".join([*parts, answer.rstrip("\n"), "", "", tests.rstrip("\n"), ""])
+    """The file run for one answer: the answer after its starter (``continued``), then the tests."""
+    return "\n".join([continued(answer, starter_code), "", "", tests.rstrip("\n"), ""])
+
+
+_CALL_TESTS = """\
+import json as _json
+
+
+def _normalized(value):
+    try:
+        return _json.loads(_json.dumps(value))  # tuples as lists, as the expected values were stored
+    except (TypeError, ValueError):
+        return value
+
+
+def _same(got, expected):
+    got = _normalized(got)
+    return got == expected or (isinstance(expected, list) and len(expected) == 1 and got == expected[0])
+
+
+_CASES = _json.loads({cases!r})
+_NAME = {name!r}
+if "Solution" in globals() and hasattr(Solution, _NAME):
+    _function = getattr(Solution(), _NAME)
+else:
+    _function = globals()[_NAME]
+for _number, (_arguments, _expected) in enumerate(_CASES, start=1):
+    _got = _function(*_arguments)
+    assert _same(_got, _expected), (
+        f"case {{_number}} of {{len(_CASES)}}: {{_NAME}}(...) returned {{_got!r:.60}}, expected {{_expected!r:.60}}"
+    )
+"""
+
+
+def call_tests(function_name: str, arguments: list[list], expected: list) -> str:
+    """A test program for call-based cases (APPS' ``fn_name`` rows): each case calls the answer's function (a
+    method of its ``Solution`` class, LeetCode style, or a top-level function) with its arguments, and the result
+    must equal the expected value (a tuple as a list; APPS stores some expected values wrapped in a list, which
+    also match)."""
+    cases = json.dumps([[list(case), result] for case, result in zip(arguments, expected, strict=True)])
+    return _CALL_TESTS.format(cases=cases, name=function_name)
 
 
 @dataclass(frozen=True)
 class ProgramRun:
     """How one program ran against its tests: ``status`` is passed, failed or timed out; ``error`` the last line
-    of what a failing program wrote to stderr (its exception), shortened."""
+    of what a failing program wrote to stderr (its exception), or which case it failed and how, shortened."""
 
     status: str
     error: str | None = None
@@ -143,57 +227,143 @@ class ProgramRun:
         return self.status == PASSED
 
 
+@dataclass(frozen=True)
+class ProgramCheck:
+    """One program and what it is checked against: ``cases`` ((input, expected output) pairs, run on its standard
+    input), or, when there are none, the tests inside the program itself (``program_under_test``)."""
+
+    program: str
+    cases: tuple[tuple[str, str], ...] = ()
+
+
+def row_check(answer: str, row: dict) -> ProgramCheck:
+    """What an answer (or a reference solution) to a prepared code row is run as: the row's ``imports`` (when it
+    has them), the answer after its starter (``continued``), then either the row's ``tests`` in the same file or,
+    for a row with ``test_cases``, the cases on its standard input."""
+    program = continued(answer, row.get("starter_code"))
+    if row.get("imports"):
+        program = f"{row['imports'].rstrip()}\n{program}"
+    if row.get("test_cases"):
+        return ProgramCheck(program + "\n", tuple((case["input"], case["output"]) for case in row["test_cases"]))
+    return ProgramCheck("\n".join([program, "", "", row["tests"].rstrip("\n"), ""]))
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _error_line(stderr: str) -> str | None:
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    if not lines:
-        return None
-    line = lines[-1]
-    return line if len(line) <= ERROR_TAIL_CHARS else line[: ERROR_TAIL_CHARS - 3] + "..."
+    return _shortened(lines[-1], ERROR_TAIL_CHARS) if lines else None
 
 
-def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
-    """Run one program (``program_under_test``) in a fresh interpreter under the limits; see the module doc."""
-    with tempfile.TemporaryDirectory(prefix="snakeskills-run-") as folder:
-        path = os.path.join(folder, "solution.py")
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(program)
-        memory_bytes = memory_limit_mb * 1024 * 1024 if memory_limit_mb else 0
-        command = [
-            sys.executable,
-            "-I",
-            "-c",
-            _BOOTSTRAP,
-            str(math.ceil(timeout_seconds) + 1),
-            str(memory_bytes),
-            str(OUTPUT_LIMIT_BYTES),
-            path,
-        ]
-        environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folder, "OMP_NUM_THREADS": "1"}
-        environment["PYTHONHASHSEED"] = "0"
+def _numbers_close(actual: str, expected: str) -> bool:
+    try:
+        return math.isclose(float(actual), float(expected), rel_tol=1e-6, abs_tol=1e-6)
+    except ValueError:
+        return False
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Whether a program's standard output is the expected one: the same whitespace-separated tokens in order,
+    two numbers counting as the same token when within 1e-6 (absolute or relative)."""
+    produced, wanted = actual.split(), expected.split()
+    if produced == wanted:
+        return True
+    return len(produced) == len(wanted) and all(
+        token == other or _numbers_close(token, other) for token, other in zip(produced, wanted, strict=True)
+    )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One run of a program: its exit status (``None``: killed at the wall-clock limit), stderr, and stdout (when
+    it was kept)."""
+
+    returncode: int | None
+    stderr: str
+    stdout: str | None = None
+
+
+def _run_once(folder: str, path: str, *, stdin: str | None, timeout_seconds: float, memory_limit_mb) -> _Outcome:
+    """Run the program file ``path`` once in ``folder`` under the limits; with ``stdin``, feed it that text and
+    keep its standard output (in a file there, so the file size limit bounds it)."""
+    memory_bytes = memory_limit_mb * 1024 * 1024 if memory_limit_mb else 0
+    command = [
+        sys.executable,
+        "-I",
+        "-c",
+        _BOOTSTRAP,
+        str(math.ceil(timeout_seconds) + 1),
+        str(memory_bytes),
+        str(OUTPUT_LIMIT_BYTES),
+        path,
+    ]
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folder, "OMP_NUM_THREADS": "1"}
+    environment["PYTHONHASHSEED"] = "0"
+    output_path = os.path.join(folder, "stdout.txt")
+    with open(output_path, "wb") if stdin is not None else contextlib.nullcontext() as output:
         process = subprocess.Popen(
             command,
             cwd=folder,
             env=environment,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=output if output is not None else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
         try:
-            _, stderr = process.communicate(timeout=timeout_seconds)
+            _, stderr = process.communicate(
+                input=stdin.encode("utf-8") if stdin is not None else None, timeout=timeout_seconds
+            )
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()
-            return ProgramRun(TIMED_OUT, f"ran past {timeout_seconds:g} s")
+            return _Outcome(None, "")
         _kill_group(process)  # whatever the program left running in its session
-    if process.returncode == 0:
-        return ProgramRun(PASSED)
-    error = _error_line(stderr.decode("utf-8", "replace"))
-    if process.returncode < 0:
-        name = signal.Signals(-process.returncode).name
+    stdout = None
+    if stdin is not None:
+        with open(output_path, encoding="utf-8", errors="replace") as file:
+            stdout = file.read()
+    return _Outcome(process.returncode, stderr.decode("utf-8", "replace"), stdout)
+
+
+def _failure(outcome: _Outcome, timeout_seconds: float, where: str = "") -> ProgramRun:
+    """The verdict of a run that did not pass (``where``: which case, as a prefix)."""
+    if outcome.returncode is None:
+        return ProgramRun(TIMED_OUT, f"{where}ran past {timeout_seconds:g} s")
+    error = _error_line(outcome.stderr)
+    if outcome.returncode < 0:
+        name = signal.Signals(-outcome.returncode).name
         reason = f"killed by {name}" + (" (CPU time limit)" if name == "SIGXCPU" else "")
         error = f"{reason}: {error}" if error else reason
-    return ProgramRun(FAILED, error or f"exit status {process.returncode}")
+    return ProgramRun(FAILED, where + (error or f"exit status {outcome.returncode}"))
+
+
+def run_check(check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
+    """Run one program against its tests or its cases under the limits; see the module doc."""
+    with tempfile.TemporaryDirectory(prefix="snakeskills-run-") as folder:
+        path = os.path.join(folder, "solution.py")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(check.program)
+        limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb}
+        if not check.cases:
+            outcome = _run_once(folder, path, stdin=None, **limits)
+            return ProgramRun(PASSED) if outcome.returncode == 0 else _failure(outcome, timeout_seconds)
+        for number, (case_input, expected) in enumerate(check.cases, start=1):
+            where = f"case {number} of {len(check.cases)}: "
+            outcome = _run_once(folder, path, stdin=case_input, **limits)
+            if outcome.returncode != 0:
+                return _failure(outcome, timeout_seconds, where)
+            if not outputs_match(outcome.stdout, expected):
+                shown = f"expected {_shortened(expected.strip(), 60)!r}, got {_shortened(outcome.stdout.strip(), 60)!r}"
+                return ProgramRun(FAILED, f"{where}wrong output ({shown})")
+    return ProgramRun(PASSED)
+
+
+def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
+    """Run one program that holds its own tests (``program_under_test``) under the limits."""
+    return run_check(ProgramCheck(program), timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -202,17 +372,17 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def run_many(
-    programs: Iterable[str], *, num_workers: int, timeout_seconds: float, memory_limit_mb: int | None
+    checks: Iterable[ProgramCheck], *, num_workers: int, timeout_seconds: float, memory_limit_mb: int | None
 ) -> list[ProgramRun]:
-    """``run_tests`` for each program, ``num_workers`` at a time; identical programs run once."""
-    programs = list(programs)
-    distinct = list(dict.fromkeys(programs))
+    """``run_check`` for each check, ``num_workers`` at a time; identical checks run once."""
+    checks = list(checks)
+    distinct = list(dict.fromkeys(checks))
     if not distinct:
         return []
 
-    def run(program: str) -> ProgramRun:
-        return run_tests(program, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
+    def run(check: ProgramCheck) -> ProgramRun:
+        return run_check(check, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
 
     with ThreadPoolExecutor(max_workers=max(1, min(num_workers, len(distinct)))) as pool:
         runs = dict(zip(distinct, pool.map(run, distinct), strict=True))
-    return [runs[program] for program in programs]
+    return [runs[check] for check in checks]

@@ -21,7 +21,7 @@ import logging
 import re
 from fractions import Fraction
 
-from snakeskills.code_execution import NO_CODE, extract_program, program_under_test, run_many
+from snakeskills.code_execution import NO_CODE, extract_program, row_check, run_many
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)
@@ -291,26 +291,27 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
 
 
 def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
-    """Code records judged by running their tests (``code_execution``): ``predicted_answer`` is the program the
-    generation answers with, ``symbolic_correct`` whether the tests pass, ``execution_status`` passed, failed,
-    timed out or no code, and ``execution_error`` the failing program's last error line."""
+    """Code records judged by running their tests or test cases (``code_execution``): ``predicted_answer`` is the
+    program the generation answers with, ``symbolic_correct`` whether it passes, ``execution_status`` passed,
+    failed, timed out or no code, and ``execution_error`` the failing program's last error line (or the case it
+    failed)."""
     for record in records:
-        if not record.get("tests"):
+        if not record.get("tests") and not record.get("test_cases"):
             raise SnakeskillsError(
                 f"record {record.get('id')!r} has no tests: judge.extraction code judges a code benchmark's rows "
-                "(prepared with benchmarks.<name>.code), whose 'tests' field its programs run against"
+                "(prepared with benchmarks.<name>.code), whose 'tests' or 'test_cases' field its programs run against"
             )
     answers = [extract_program(record["generation"]) for record in records]
-    programs = {
-        index: program_under_test(answer, starter_code=record.get("starter_code"), tests=record["tests"])
+    checks = {
+        index: row_check(answer, record)
         for index, (record, answer) in enumerate(zip(records, answers, strict=True))
         if answer is not None
     }
     runs = dict(
         zip(
-            programs,
+            checks,
             run_many(
-                programs.values(),
+                checks.values(),
                 num_workers=num_workers,
                 timeout_seconds=judge_config["timeout_seconds"],
                 memory_limit_mb=judge_config["memory_limit_mb"],
@@ -335,7 +336,7 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
         "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each)",
         len(judged),
         ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses)),
-        len(set(programs.values())),
+        len(set(checks.values())),
         num_workers,
         judge_config["timeout_seconds"],
         judge_config["memory_limit_mb"],

@@ -478,6 +478,59 @@ def write_mbpp(folder: Path) -> Path:
     return folder
 
 
+# Rows in APPS' schema (codeparrot/apps' train.jsonl / test.jsonl: problem_id, question, solutions and
+# input_output as JSON text, starter_code, difficulty, url), written here: two standard-input problems and one
+# call-based one (fn_name, a LeetCode-style starter), as APPS mixes them. input_output of a stdin problem holds
+# lists of input and output texts; of a call-based one, each input is the call's argument list.
+APPS_TEST = [
+    {
+        "problem_id": 4001,
+        "question": "Read two integers a and b on one line and print their sum.\n\n-----Example-----\nInput\n2 3\n\n"
+        "Output\n5",
+        "solutions": json.dumps(["a, b = map(int, input().split())\nprint(a + b)\n"]),
+        "input_output": json.dumps({"inputs": ["2 3\n", "10 -4\n", "0 0\n"], "outputs": ["5\n", "6\n", "0\n"]}),
+        "difficulty": "introductory",
+        "url": "https://example.org/problems/4001",
+        "starter_code": "",
+    },
+    {
+        "problem_id": 4002,
+        "question": "The first line holds n. The second holds n integers. Print the largest of them, then how many "
+        "times it occurs, on two lines.\n\n-----Example-----\nInput\n4\n1 7 3 7\n\nOutput\n7\n2",
+        "solutions": json.dumps(
+            ["n = int(input())\nxs = list(map(int, input().split()))\nm = max(xs)\nprint(m)\nprint(xs.count(m))\n"]
+        ),
+        "input_output": json.dumps(
+            {"inputs": ["4\n1 7 3 7\n", "1\n-5\n", "3\n2 2 2\n"], "outputs": ["7\n2\n", "-5\n1\n", "2\n3\n"]}
+        ),
+        "difficulty": "introductory",
+        "url": "https://example.org/problems/4002",
+        "starter_code": "",
+    },
+    {
+        "problem_id": 4003,
+        "question": "Given a list of integers nums, return the sum of its even numbers.",
+        "solutions": json.dumps(
+            ["class Solution:\n    def sumEven(self, nums):\n        return sum(x for x in nums if x % 2 == 0)\n"]
+        ),
+        "input_output": json.dumps(
+            {"fn_name": "sumEven", "inputs": [[[1, 2, 3, 4]], [[]], [[5]]], "outputs": [[6], 0, 0]}
+        ),
+        "difficulty": "interview",
+        "url": "https://example.org/problems/4003",
+        "starter_code": "class Solution:\n    def sumEven(self, nums: List[int]) -> int:\n        ",
+    },
+]
+
+
+def write_apps(folder: Path) -> Path:
+    """APPS as its repository ships it: ``test.jsonl`` (and ``train.jsonl``), one problem per line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("test", "train"):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in APPS_TEST))
+    return folder
+
+
 WRITERS = {
     "gsm8k": write_gsm8k,
     "math-500": write_math500,

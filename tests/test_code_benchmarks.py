@@ -25,9 +25,14 @@ from snakeskills.code_execution import (
     NO_CODE,
     PASSED,
     TIMED_OUT,
+    ProgramCheck,
     code_blocks,
+    continued,
     extract_program,
+    outputs_match,
     program_under_test,
+    row_check,
+    run_check,
     run_many,
     run_tests,
 )
@@ -157,7 +162,8 @@ def test_the_starter_takes_a_whole_function_or_only_its_body():
 def test_identical_programs_run_once(tmp_path):
     marker = tmp_path / "runs"
     program = f"open({str(marker)!r}, 'a').write('x')\n"
-    outcomes = run_many([program, "assert False\n", program], num_workers=2, **LIMITS)
+    checks = [ProgramCheck(program), ProgramCheck("assert False\n"), ProgramCheck(program)]
+    outcomes = run_many(checks, num_workers=2, **LIMITS)
     assert [outcome.status for outcome in outcomes] == [PASSED, FAILED, PASSED]
     assert marker.read_text() == "x"
 
@@ -253,7 +259,7 @@ def test_a_run_line_reads_the_rows_columns(tmp_path):
             {"tests": "task", "reference": "solution"},
             CODE_ROWS,
             r"1 of 1 reference solutions fail their own tests \(row p1: failed, SyntaxError: invalid syntax\)\. Check "
-            r"benchmarks\.mycode\.code \(tests, setup, run, starter read the right columns\)",
+            r"benchmarks\.mycode\.code \(tests or cases, setup, run, starter read the right columns\)",
         ),
         (
             {"tests": "missing"},
@@ -299,6 +305,196 @@ def test_code_and_multiple_choice_exclude_each_other_and_old_specs_keep_their_pa
     assert preparing_spec(math_spec) == {"source": "jsonl", "jsonl": {"paths": {}}}, (
         "specs without code prepare with the params earlier runs were made with"
     )
+
+
+# ---------------------------------------------------------------- programs reading standard input (code.cases)
+
+DOUBLE = "n = int(input())\nprint(2 * n)\n"
+
+
+def cases_check(program: str, *cases: tuple[str, str]) -> ProgramCheck:
+    return ProgramCheck(program, tuple(cases))
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        ("1 2\n3\n", "1 2 3", True),  # whitespace and line breaks aside
+        ("  7\n\n", "7\n", True),
+        ("0.5000001\n", "0.5", True),  # numbers within 1e-6
+        ("1.0", "1", True),
+        ("0.51", "0.5", False),
+        ("1 2", "1", False),
+        ("Yes", "YES", False),
+        ("", "", True),
+        ("nan", "nan", True),
+    ],
+)
+def test_output_matches_token_by_token(actual, expected, same):
+    assert outputs_match(actual, expected) is same
+
+
+def test_a_stdin_program_runs_once_per_case_and_the_first_failing_case_is_named():
+    passing = run_check(cases_check(DOUBLE, ("3\n", "6\n"), ("-4", "-8")), **LIMITS)
+    assert passing.status == PASSED
+    wrong = run_check(cases_check(DOUBLE, ("3\n", "6\n"), ("4\n", "9\n"), ("5\n", "0\n")), **LIMITS)
+    assert (wrong.status, wrong.error) == (FAILED, "case 2 of 3: wrong output (expected '9', got '8')")
+    crash = run_check(cases_check(DOUBLE, ("3\n", "6\n"), ("x\n", "0\n")), **LIMITS)
+    assert crash.error == "case 2 of 2: ValueError: invalid literal for int() with base 10: 'x'"
+    stuck = run_check(cases_check("import time\ntime.sleep(60)\n", ("1\n", "1\n")), **{**LIMITS, "timeout_seconds": 1})
+    assert (stuck.status, stuck.error) == (TIMED_OUT, "case 1 of 1: ran past 1 s")
+
+
+def test_a_program_printing_without_end_is_stopped_by_the_output_file_limit():
+    """A case's output goes to a file in the run's folder, under the 16 MB file limit: a program that prints
+    forever fails at the limit (Python ignores SIGXFSZ, so its write raises) long before the wall clock, and the
+    judge never holds its output."""
+    started = time.monotonic()
+    flood = run_check(
+        cases_check("while True:\n    print('x' * 4096)\n", ("", "x")), **{**LIMITS, "timeout_seconds": 60}
+    )
+    assert (flood.status, flood.error) == (FAILED, "case 1 of 1: OSError: [Errno 27] File too large")
+    assert time.monotonic() - started < 30
+
+
+def test_an_answer_after_a_stub_without_a_body():
+    """APPS' call-based starters end inside the method (``def f(self, x):`` and its indentation): a whole class
+    replaces the stub, and a body, indented or not, continues it. HumanEval's stubs end with a docstring."""
+    stub = "class Solution:\n    def twice(self, x):\n        "
+    tests = "assert Solution().twice(4) == 8\n"
+    whole = "class Solution:\n    def twice(self, x):\n        return 2 * x"
+    for answer in (whole, "return 2 * x", "        return 2 * x"):
+        assert run(program_under_test(answer, starter_code=stub, tests=tests)).status == PASSED, answer
+    docstring_stub = 'def twice(x):\n    """Double."""\n'
+    assert continued("return 2 * x", docstring_stub) == 'def twice(x):\n    """Double."""\n    return 2 * x'
+
+
+def apps_spec(folder: Path, **code) -> dict:
+    """APPS from its repository's JSONL files, as the README configures it."""
+    return {
+        "source": "jsonl",
+        "jsonl": {"paths": {"test": str(folder / "test.jsonl")}},
+        "field_map": {"id": "problem_id", "problem": "question"},
+        "code": {
+            "cases": "input_output",
+            "starter": "starter_code",
+            "reference": "solutions",
+            "imports": "from typing import List",
+            **code,
+        },
+        "prompt": {"template": "code-stdin"},
+        "judge": {"extraction": "code", "timeout_seconds": 10},
+    }
+
+
+def test_apps_rows_become_stdin_cases_or_a_call_test(tmp_path):
+    """APPS' JSON-text columns: a stdin problem's input_output becomes its test_cases; a call-based one (fn_name)
+    a test program calling the answer's function; the first of its solutions is the reference, and each reference
+    passed its own cases while preparing (a wrong key would have stopped it)."""
+    from dataset_fixtures import APPS_TEST, write_apps
+
+    rows = prepare_split("apps", resolve_benchmark_spec("apps", apps_spec(write_apps(tmp_path / "apps"))), "test")
+    assert [row["id"] for row in rows] == ["4001", "4002", "4003"]
+    assert rows[0]["test_cases"] == [
+        {"input": "2 3\n", "output": "5\n"},
+        {"input": "10 -4\n", "output": "6\n"},
+        {"input": "0 0\n", "output": "0\n"},
+    ]
+    assert "tests" not in rows[0] and "expected_answer" not in rows[0]
+    assert rows[0]["reference_solution"] == json.loads(APPS_TEST[0]["solutions"])[0]
+    assert "test_cases" not in rows[2] and "_NAME = 'sumEven'" in rows[2]["tests"]
+    assert rows[2]["imports"] == "from typing import List"
+
+    def judged(answer: str, row: dict) -> tuple[str, str | None]:
+        outcome = run_check(row_check(answer, row), **LIMITS)
+        return outcome.status, outcome.error
+
+    assert judged("print(sum(map(int, input().split())))", rows[0]) == (PASSED, None)
+    assert judged("print(5)", rows[0]) == (FAILED, "case 2 of 3: wrong output (expected '6', got '5')")
+    body = "return sum(x for x in nums if x % 2 == 0)"  # continues the starter, whose List the imports give
+    assert judged(body, rows[2]) == (PASSED, None)
+    wrong = "def sumEven(nums):\n    return sum(nums)"  # a top-level function is called when there is no class
+    assert judged(wrong, rows[2]) == (
+        FAILED,
+        "AssertionError: case 1 of 3: sumEven(...) returned 10, expected [6]",
+    )
+    shown = prepare_split(
+        "apps", resolve_benchmark_spec("apps", apps_spec(tmp_path / "apps", show_tests=True)), "test"
+    )[1]["problem"]
+    assert shown.endswith(
+        "Your program should give these outputs for these inputs:\n\nInput:\n4\n1 7 3 7\nOutput:\n7\n2\n\n"
+        "Input:\n1\n-5\nOutput:\n-5\n1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("layout", "cases"),
+    [
+        ("livecodebench", json.dumps([{"input": "3\n", "output": "6\n", "testtype": "stdin"}])),
+        ("codecontests", {"input": ["3\n"], "output": ["6\n"]}),
+        ("apps outputs as lines", json.dumps({"inputs": ["3\n"], "outputs": [["6"]]})),
+    ],
+)
+def test_other_layouts_of_cases(tmp_path, layout, cases):
+    row = {"uid": "d", "task": "Double n.", "cases": cases, "solution": DOUBLE}
+    write_jsonl(tmp_path / "c.jsonl", [row])
+    spec = {**code_spec(tmp_path / "c.jsonl"), "code": {"cases": "cases", "reference": "solution"}}
+    (prepared,) = prepare_split("d", resolve_benchmark_spec("d", spec), "test")
+    assert [case["input"] for case in prepared["test_cases"]] == ["3\n"], layout
+    assert outputs_match(prepared["test_cases"][0]["output"], "6")
+
+
+@pytest.mark.parametrize(
+    ("code", "cases", "message"),
+    [
+        (
+            {"cases": "cases", "tests": "asserts"},
+            [],
+            r"config key benchmarks\.d\.code: name the column .* one of the two",
+        ),
+        ({"cases": "cases", "setup": "setup"}, [], r"config key benchmarks\.d\.code\.setup: a benchmark with "),
+        (
+            {"cases": "cases"},
+            '[{"input": "1", "output": "2", "testtype": "functional"}]',
+            r"row 1: config key benchmarks\.d\.code\.cases: a case of testtype 'functional' calls a function",
+        ),
+        ({"cases": "cases"}, '{"inputs": ["1"], "outputs": []}', r"1 inputs but 0 outputs"),
+        ({"cases": "cases"}, '{"inputs": [1]', r"code\.cases reads JSON text that does not parse"),
+        ({"cases": "cases"}, {"stdin": ["1"]}, r"needs lists 'inputs' and 'outputs' \(APPS\) .* it has keys stdin"),
+        ({"cases": "cases"}, [], r"code\.cases: the row has no cases"),
+        ({"cases": "cases"}, "3", r"code\.cases reads a str, not input/output cases"),
+        (
+            {"cases": "cases", "reference": "solution"},
+            [{"input": "3", "output": "7"}],
+            r"1 of 1 reference solutions fail their own tests \(row d: failed, case 1 of 1: wrong output \(expected "
+            r"'7', got '6'\)\)",
+        ),
+    ],
+)
+def test_bad_cases_stop_preparing_naming_the_key(tmp_path, code, cases, message):
+    row = {"uid": "d", "task": "Double n.", "cases": cases, "asserts": [], "setup": "", "solution": DOUBLE}
+    write_jsonl(tmp_path / "c.jsonl", [row])
+    spec = {**code_spec(tmp_path / "c.jsonl"), "code": code}
+    with pytest.raises(SnakeskillsError, match=message):
+        prepare_split("d", resolve_benchmark_spec("d", spec), "test")
+
+
+def test_judged_stdin_records_and_their_sft_examples(tmp_path):
+    config = {"extraction": "code", **LIMITS}
+    row = {"id": "d", "problem": "Double n.", "test_cases": [{"input": "3\n", "output": "6\n"}]}
+    records = [
+        {**row, "generation": f"```python\n{DOUBLE}```"},
+        {**row, "generation": "```python\nprint(input())\n```"},
+    ]
+    judged = judge_records(records, config, num_workers=2)
+    assert [(r["execution_status"], r["symbolic_correct"]) for r in judged] == [(PASSED, True), (FAILED, False)]
+    assert judged[1]["execution_error"] == "case 1 of 1: wrong output (expected '6', got '3')"
+    write_jsonl(tmp_path / "judged.jsonl", [{**r, "finish_reason": "stop", "num_generated_tokens": 9} for r in judged])
+    filters = {"correct_only": True, "dedup": True, "score": "symbolic_correct", "max_generation_tokens": None}
+    prompt = resolved_prompt(template="code-stdin")
+    kept, _ = select_sft_records([tmp_path / "judged.jsonl"], ["base"], [prompt], {**filters, "max_per_problem": None})
+    assert [record["messages"][-1]["content"] for record in kept] == [records[0]["generation"]]
+    assert "reads the input from standard input" in kept[0]["messages"][-2]["content"]
 
 
 # ---------------------------------------------------------------- the plan
@@ -446,9 +642,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
         if row["predicted_answer"] is None:
             assert (row["execution_status"], row["symbolic_correct"]) == (NO_CODE, False)
             continue
-        rerun = run(
-            program_under_test(row["predicted_answer"], starter_code=row.get("starter_code"), tests=row["tests"])
-        )
+        rerun = run_check(row_check(row["predicted_answer"], row), **LIMITS)
         assert (row["execution_status"], row["symbolic_correct"]) == (rerun.status, rerun.passed), row["id"]
     metrics = json.loads((results / "metrics" / model / "humaneval/test/metrics.json").read_text())["humaneval"]
     assert metrics["pass@1"]["num_entries"] == len(HUMANEVAL_TEST)

@@ -20,7 +20,10 @@ column per option), optionally shuffled with a seed, are lettered A, B, ... and 
 optional ``setup`` code before them and a ``run`` line after them (formatted with the row's columns:
 ``check({entry_point})``), becomes the row's ``tests`` program; ``starter`` the ``starter_code`` an answer
 continues; ``reference`` the ``reference_solution``, which is run against the tests while preparing
-(``check_reference``). Code rows need no ``expected_answer``: their answers are judged by running the tests.
+(``check_reference``). In place of ``tests``, ``cases`` names a column of input/output cases (APPS'
+``input_output``, LiveCodeBench's ``public_test_cases``, CodeContests' tests; JSON text or its value), prepared as
+``test_cases``: the answer is then a program reading standard input, run once per case. Code rows need no
+``expected_answer``: their answers are judged by running the tests.
 
 Every prepared row has a stable, unique ``id`` (the ``id`` field if the source or ``field_map`` gives
 one, else ``{benchmark}-{split}-{index:06d}``), a ``problem`` and an ``expected_answer`` (a string).
@@ -33,6 +36,7 @@ the config (``apply_presets``), then runs ``check_benchmark_specs``.
 from __future__ import annotations
 
 import copy
+import json
 import numbers
 import os
 import random
@@ -132,6 +136,19 @@ def check_benchmark_spec(benchmark: str, spec: dict) -> None:
                 f"config key {key}.code: a benchmark is a code benchmark or a multiple-choice one, not both; remove "
                 f"{key}.code or {key}.multiple_choice"
             )
+        if (code.get("tests") is None) == (code.get("cases") is None):
+            raise SnakeskillsError(
+                f"config key {key}.code: name the column of each row's tests with {key}.code.tests (a test program "
+                f"or test statements) or {key}.code.cases (input/output cases for a program reading stdin), one of "
+                "the two"
+            )
+        if code.get("cases") is not None:
+            for name in ("setup", "run"):
+                if code.get(name) is not None:
+                    raise SnakeskillsError(
+                        f"config key {key}.code.{name}: a benchmark with {key}.code.cases runs the answer as a whole "
+                        f"program on each case's input; {name} belongs to test programs ({key}.code.tests)"
+                    )
         if code.get("run") is not None:
             run_columns(code["run"], f"{key}.code.run")
 
@@ -247,7 +264,11 @@ def read_columns(spec: dict, key: str) -> dict[str, str]:
 
 def code_columns(code: dict, key: str) -> dict[str, str]:
     """The columns a ``code`` section reads, by the config key that names them (``key`` is the section's)."""
-    named = {f"{key}.{name}": code[name] for name in ("tests", "setup", "starter", "reference") if code.get(name)}
+    named = {
+        f"{key}.{name}": code[name]
+        for name in ("tests", "cases", "setup", "starter", "reference")
+        if code.get(name) is not None
+    }
     if code.get("run") is not None:
         named.update({f"{key}.run {{{column}}}": column for column in run_columns(code["run"], f"{key}.run")})
     return named
@@ -381,50 +402,171 @@ def code_text(value, *, name: str, where: str) -> str:
 
 
 def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
-    """A code row: ``tests`` (setup, the tests, the run line), ``starter_code`` and ``reference_solution`` when the
-    spec names them, and with ``show_tests`` the tests appended to ``problem``."""
+    """A code row: ``tests`` (setup, the tests, the run line) or ``test_cases``, ``starter_code`` and
+    ``reference_solution`` when the spec names them, and with ``show_tests`` the tests (or the first cases) appended
+    to ``problem``."""
     key = f"{key}.code"
     if record.get("problem") is None:
         raise SnakeskillsError(f"{where}: no problem (map one with field_map.problem)")
     for config_key, column in code_columns(code, key).items():  # a JSONL row's columns are only known here
         if column not in record:
             raise SnakeskillsError(f"{where}: config key {config_key} names column {column!r}, which the row lacks")
-    tests = code_text(record[code["tests"]], name=f"{key}.tests", where=where)
-    if not tests.strip():
-        raise SnakeskillsError(f"{where}: config key {key}.tests names column {code['tests']!r}, which is empty here")
-    parts = []
-    if code.get("setup") is not None:
-        parts.append(code_text(record[code["setup"]], name=f"{key}.setup", where=where))
-    parts.append(tests)
-    if code.get("run") is not None:
-        parts.append(code["run"].format_map(record))
-    prepared = {**record, "tests": "\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n"}
-    if code.get("show_tests"):
-        prepared["problem"] = f"{record['problem']}\nYour code should pass these tests:\n\n{tests.strip()}"
-    for name, field in (("starter", "starter_code"), ("reference", "reference_solution")):
-        if code.get(name) is not None:
-            prepared[field] = code_text(record[code[name]], name=f"{key}.{name}", where=where)
+    if code.get("cases") is not None:
+        cases = io_cases(record[code["cases"]], name=f"{key}.cases", where=where)
+        if isinstance(cases, str):  # call-based: a test program calling the function
+            prepared = {**record, "tests": cases}
+            shown, shown_heading = None, None
+        else:
+            prepared = {**record, "test_cases": cases}
+            shown = "\n\n".join(
+                f"Input:\n{case['input'].rstrip()}\nOutput:\n{case['output'].rstrip()}" for case in cases[:SHOWN_CASES]
+            )
+            shown_heading = "Your program should give these outputs for these inputs:"
+    else:
+        tests = code_text(record[code["tests"]], name=f"{key}.tests", where=where)
+        if not tests.strip():
+            raise SnakeskillsError(
+                f"{where}: config key {key}.tests names column {code['tests']!r}, which is empty here"
+            )
+        parts = []
+        if code.get("setup") is not None:
+            parts.append(code_text(record[code["setup"]], name=f"{key}.setup", where=where))
+        parts.append(tests)
+        if code.get("run") is not None:
+            parts.append(code["run"].format_map(record))
+        prepared = {**record, "tests": "\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n"}
+        shown, shown_heading = tests.strip(), "Your code should pass these tests:"
+    if code.get("show_tests") and shown:
+        prepared["problem"] = f"{record['problem']}\n{shown_heading}\n\n{shown}"
+    if code.get("imports") is not None:
+        prepared["imports"] = code["imports"]
+    if code.get("starter") is not None:
+        prepared["starter_code"] = code_text(record[code["starter"]], name=f"{key}.starter", where=where)
+    if code.get("reference") is not None:
+        reference = reference_solution(record[code["reference"]], name=f"{key}.reference", where=where)
+        if reference is not None:
+            prepared["reference_solution"] = reference
     return prepared
+
+
+SHOWN_CASES = 2  # show_tests with cases: how many cases the problem shows
+
+
+def _decoded(value, *, name: str, where: str):
+    """A column value that may be JSON text (APPS keeps its cases and solutions so) as its decoded value."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as error:
+            raise SnakeskillsError(
+                f"{where}: config key {name} reads JSON text that does not parse ({error})"
+            ) from None
+    return value
+
+
+def _case_text(value, *, name: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):  # some APPS outputs are lines
+        return "\n".join(value) + "\n"
+    raise SnakeskillsError(
+        f"{where}: config key {name}: a case's input or output is a {type(value).__name__}, not text"
+    )
+
+
+def io_cases(value, *, name: str, where: str) -> list[dict] | str:
+    """A ``cases`` column's value as ``[{"input", "output"}]``: a list of ``{input, output}`` objects
+    (LiveCodeBench), or ``{inputs: [...], outputs: [...]}`` (APPS) / ``{input: [...], output: [...]}``
+    (CodeContests), each possibly JSON text. APPS' call-based cases (with ``fn_name``: each input is the arguments
+    of a call) become a test program calling that function (``call_tests``), returned as a string.
+    LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
+    from snakeskills.code_execution import call_tests
+
+    value = _decoded(value, name=name, where=where)
+    if isinstance(value, dict):
+        layouts = (("inputs", "outputs"), ("input", "output"))
+        pair = next(((i, o) for i, o in layouts if i in value and o in value), None)
+        if pair is None or not isinstance(value[pair[0]], list) or not isinstance(value[pair[1]], list):
+            raise SnakeskillsError(
+                f"{where}: config key {name}: an object of cases needs lists 'inputs' and 'outputs' (APPS) or "
+                f"'input' and 'output' (CodeContests); it has keys {', '.join(map(str, value)) or 'none'}"
+            )
+        inputs, outputs = value[pair[0]], value[pair[1]]
+        if len(inputs) != len(outputs):
+            raise SnakeskillsError(
+                f"{where}: config key {name}: {len(inputs)} inputs but {len(outputs)} outputs; each input needs "
+                "its output"
+            )
+        if not inputs:
+            raise SnakeskillsError(f"{where}: config key {name}: the row has no cases")
+        if value.get("fn_name"):
+            if not all(isinstance(arguments, list) for arguments in inputs):
+                raise SnakeskillsError(
+                    f"{where}: config key {name}: call-based cases (fn_name {value['fn_name']!r}) need each input "
+                    "to be the list of a call's arguments"
+                )
+            return call_tests(str(value["fn_name"]), inputs, outputs)
+        pairs = list(zip(inputs, outputs, strict=True))
+    elif isinstance(value, list):
+        pairs = []
+        for case in value:
+            if not isinstance(case, dict) or "input" not in case or "output" not in case:
+                raise SnakeskillsError(
+                    f"{where}: config key {name}: a list of cases holds objects with 'input' and 'output'; one is "
+                    f"{_shortened_repr(case)}"
+                )
+            if case.get("testtype", "stdin") != "stdin":
+                raise SnakeskillsError(
+                    f"{where}: config key {name}: a case of testtype {case['testtype']!r} calls a function instead "
+                    "of feeding standard input; keep such rows out (LiveCodeBench's functional problems), or write "
+                    "their tests as assert statements (code.tests)"
+                )
+            pairs.append((case["input"], case["output"]))
+    else:
+        raise SnakeskillsError(
+            f"{where}: config key {name} reads a {type(value).__name__}, not input/output cases (a list of "
+            "{input, output} objects or an object of inputs and outputs, or their JSON text)"
+        )
+    if not pairs:
+        raise SnakeskillsError(f"{where}: config key {name}: the row has no cases")
+    return [
+        {"input": _case_text(i, name=name, where=where), "output": _case_text(o, name=name, where=where)}
+        for i, o in pairs
+    ]
+
+
+def _shortened_repr(value) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def reference_solution(value, *, name: str, where: str) -> str | None:
+    """A ``reference`` column's value: one solution, or a list of solutions (or its JSON text, as APPS'
+    ``solutions``), of which the first is the reference; ``None`` when the list is empty (APPS lacks some)."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        value = _decoded(value, name=name, where=where)
+    if isinstance(value, list):
+        if not all(isinstance(solution, str) for solution in value):
+            raise SnakeskillsError(f"{where}: config key {name} reads a list that is not of solutions (strings)")
+        return value[0] if value else None
+    return code_text(value, name=name, where=where) or None
 
 
 def check_reference_solutions(records: list[dict], *, key: str, where: str, threads: int) -> None:
     """Each row's reference solution must pass its own tests (run as answers are): a tests, setup or run key
     reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong."""
-    from snakeskills.code_execution import program_under_test, run_many
+    from snakeskills.code_execution import row_check, run_many
 
     checked = [record for record in records if record.get("reference_solution")]
-    programs = [
-        program_under_test(record["reference_solution"], starter_code=record.get("starter_code"), tests=record["tests"])
-        for record in checked
-    ]
-    runs = run_many(programs, num_workers=threads, timeout_seconds=30, memory_limit_mb=None)
+    checks = [row_check(record["reference_solution"], record) for record in checked]
+    runs = run_many(checks, num_workers=threads, timeout_seconds=30, memory_limit_mb=None)
     failed = [(record["id"], run) for record, run in zip(checked, runs, strict=True) if not run.passed]
     if failed:
         shown = "; ".join(f"row {row_id}: {run.status}, {run.error}" for row_id, run in failed[:3])
         raise SnakeskillsError(
             f"{where}: {len(failed)} of {len(checked)} reference solutions fail their own tests ({shown}). Check "
-            f"{key}.code (tests, setup, run, starter read the right columns), or set {key}.code.check_reference: "
-            "false to prepare the rows as they are"
+            f"{key}.code (tests or cases, setup, run, starter read the right columns), or set "
+            f"{key}.code.check_reference: false to prepare the rows as they are"
         )
 
 
@@ -589,7 +731,8 @@ def prepare_split(benchmark: str, spec: dict, split: str, *, threads: int = 1) -
         apply_code(record, code, key=key, where=f"{where}: row {number}")
         for number, record in enumerate(records, start=1)
     ]
-    prepared = normalize_records(records, benchmark=benchmark, split=split, where=where, required=("problem", "tests"))
+    required = ("problem", "tests") if code.get("tests") is not None else ("problem",)  # apply_code made test_cases
+    prepared = normalize_records(records, benchmark=benchmark, split=split, where=where, required=required)
     if code.get("check_reference", True) and code.get("reference") is not None:
         check_reference_solutions(prepared, key=key, where=where, threads=threads)
     return prepared
