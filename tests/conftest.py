@@ -139,12 +139,14 @@ def openai_backend(chat_template_kwargs=None, **openai):
 NO_SERVER = "http://127.0.0.1:9/v1"
 
 
-def teacher_section(base_url: str = NO_SERVER, model: str = "teacher-model", **settings) -> dict:
+def teacher_section(
+    base_url: str = NO_SERVER, model: str = "teacher-model", max_concurrency: int = 1, **settings
+) -> dict:
     """A teacher behind an OpenAI-compatible server, asked in its chat format for the student's answer format."""
     return {
         "generation": {
             "backend": "openai",
-            "openai": {"base_url": base_url, "model": model, "max_concurrency": 1},
+            "openai": {"base_url": base_url, "model": model, "max_concurrency": max_concurrency},
             "sampling": {"temperature": 0.7, "max_new_tokens": 10},
         },
         "prompt": {"user": "{problem}=", "chat_template": True},

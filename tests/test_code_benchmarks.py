@@ -520,6 +520,24 @@ def test_a_code_benchmark_is_asked_with_the_code_prompt_and_judged_by_its_tests(
     )
 
 
+def test_a_stdin_benchmark_is_checked_when_the_plan_is_made(tmp_path):
+    """The schema takes code.cases and code.imports in place of tests; cases with setup, or both tests and cases,
+    stop the plan (not the prepare job) naming the key."""
+    config = copy.deepcopy(DEFAULT)
+    config["benchmarks"]["apps"] = apps_spec(tmp_path)
+    plan = Plan(checked_config(config), Layout.under("results/x"))
+    assert plan.generation_job("base", "apps", "test")["prompt"]["template"] == "code-stdin"
+    assert benchmark_judge(config, "apps") == {"extraction": "code", "timeout_seconds": 10, "memory_limit_mb": 4096}
+    for mistake, message in (
+        ({"setup": "imports_column"}, r"config key benchmarks\.apps\.code\.setup: a benchmark with"),
+        ({"tests": "asserts"}, r"config key benchmarks\.apps\.code: name the column .* one of the two"),
+    ):
+        config = copy.deepcopy(DEFAULT)
+        config["benchmarks"]["apps"] = apps_spec(tmp_path, **mistake)
+        with pytest.raises(SnakeskillsError, match=message):
+            checked_config(config)
+
+
 def test_the_llm_judge_reads_the_answer_benchmarks_chunks_and_code_chunks_skip_it(tmp_path, tiny_checkpoint):
     """A dry run of the default with HumanEval beside arithmetic and an LLM judge: one llm_judge job per arithmetic
     chunk, none for HumanEval, whose merged seed files take the rule-based judge's chunks."""
@@ -599,10 +617,11 @@ def test_code_mistakes_stop_the_plan_naming_the_key(mutate, message):
 
 @pytest.mark.slow
 def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
-    """SmolLM2-135M-Instruct on HumanEval's and MBPP's layouts (the presets on local copies), through Snakemake:
-    the code question in the model's chat template, each sample's program run against its tests (HumanEval's test
-    split, MBPP's train split), metrics, and the SFT data of a round built from the train programs that passed."""
-    from dataset_fixtures import write_humaneval, write_mbpp
+    """SmolLM2-135M-Instruct on HumanEval's and MBPP's layouts (the presets on local copies) and APPS' JSONL
+    (stdin cases and a call-based row), through Snakemake: the code question in the model's chat template, each
+    sample's program run against its tests or cases (HumanEval's and APPS' test splits, MBPP's train split), metrics,
+    and the SFT data of a round built from the train programs that passed."""
+    from dataset_fixtures import APPS_TEST, write_apps, write_humaneval, write_mbpp
 
     write_humaneval(tmp_path / "humaneval")
     write_mbpp(tmp_path / "mbpp")
@@ -611,6 +630,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     config["benchmarks"] = {
         "humaneval": {"preset": "humaneval", "hf": {"path": str(tmp_path / "humaneval")}},
         "mbpp": {"preset": "mbpp", "hf": {"path": str(tmp_path / "mbpp")}},
+        "apps": apps_spec(write_apps(tmp_path / "apps")),
     }
     config["train_benchmarks"] = ["mbpp"]
     config["generation"]["sampling"]["max_new_tokens"] = 128
@@ -620,6 +640,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     model = "smollm2-135m-instruct"
     targets = [
         f"results/{config['experiment']}/metrics/{model}/humaneval/test/metrics.json",
+        f"results/{config['experiment']}/metrics/{model}/apps/test/metrics.json",
         f"results/{config['experiment']}/sft/round1/data.jsonl",  # MBPP's train split, 2 seeds
     ]
     process = run_snakemake(tmp_path, "--cores", "2", *targets, configfile=configfile, timeout=900)
@@ -634,10 +655,13 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
         split: [
             row for seed in seeds for row in read_jsonl(results / "judge" / model / f"{split}/output-rs{seed}.jsonl")
         ]
-        for split, seeds in (("humaneval/test", (0,)), ("mbpp/train", (0, 1)))
+        for split, seeds in (("humaneval/test", (0,)), ("mbpp/train", (0, 1)), ("apps/test", (0,)))
     }
     assert len(judged["humaneval/test"]) == len(HUMANEVAL_TEST) and len(judged["mbpp/train"]) == 2 * len(MBPP_TRAIN)
-    for row in judged["humaneval/test"] + judged["mbpp/train"]:
+    assert [row["id"] for row in judged["apps/test"]] == [str(row["problem_id"]) for row in APPS_TEST]
+    apps_log = next((results / "logs/generate" / model / "apps/test").rglob("*.log")).read_text()
+    assert "reads the input from standard input" in apps_log, "APPS is asked with the code-stdin template"
+    for row in judged["humaneval/test"] + judged["mbpp/train"] + judged["apps/test"]:
         statuses.append(row["execution_status"])
         if row["predicted_answer"] is None:
             assert (row["execution_status"], row["symbolic_correct"]) == (NO_CODE, False)
