@@ -3,8 +3,10 @@
 Preparing (``code``: tests from a program or a list of asserts, setup, a run line, a starter, reference solutions
 run while preparing), extracting the program a generation answers with, running it under limits (a wall clock
 that kills the whole process group, an address-space cap, an exit status), the judge's fields, SFT examples from
-code rows, and the plan's checks. The presets on their real Hub layouts are in test_prepare_data.py; the last test
-runs HumanEval's and MBPP's layouts through Snakemake on the real SmolLM2, up to its SFT data.
+code rows, and the plan's checks. Programs reading standard input (``code.cases``): output matching, one run per
+case, the output file limit, APPS' rows (stdin and call-based, JSON text), LiveCodeBench's and CodeContests' case
+layouts, and their errors. The presets on their real Hub layouts are in test_prepare_data.py; the last test runs
+HumanEval's and MBPP's layouts and an APPS-layout JSONL through Snakemake on the real SmolLM2, up to its SFT data.
 """
 
 from __future__ import annotations
