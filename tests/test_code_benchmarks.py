@@ -403,6 +403,8 @@ def test_apps_rows_become_stdin_cases_or_a_call_test(tmp_path):
         {"input": "0 0\n", "output": "0\n"},
     ]
     assert "tests" not in rows[0] and "expected_answer" not in rows[0]
+    assert "input_output" not in rows[0] and "solutions" not in rows[0], "what the code keys read is in the fields"
+    assert rows[0]["difficulty"] == "introductory", "the other source columns are kept"
     assert rows[0]["reference_solution"] == json.loads(APPS_TEST[0]["solutions"])[0]
     assert "test_cases" not in rows[2] and "_NAME = 'sumEven'" in rows[2]["tests"]
     assert rows[2]["imports"] == "from typing import List"

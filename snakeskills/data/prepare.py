@@ -23,7 +23,8 @@ continues; ``reference`` the ``reference_solution``, which is run against the te
 (``check_reference``). In place of ``tests``, ``cases`` names a column of input/output cases (APPS'
 ``input_output``, LiveCodeBench's ``public_test_cases``, CodeContests' tests; JSON text or its value), prepared as
 ``test_cases``: the answer is then a program reading standard input, run once per case. Code rows need no
-``expected_answer``: their answers are judged by running the tests.
+``expected_answer``: their answers are judged by running the tests. The columns a ``code`` section reads are
+left out of its rows (their content is in those fields; every sample carries its row).
 
 Every prepared row has a stable, unique ``id`` (the ``id`` field if the source or ``field_map`` gives
 one, else ``{benchmark}-{split}-{index:06d}``), a ``problem`` and an ``expected_answer`` (a string).
@@ -51,6 +52,8 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl
 
 REQUIRED_FIELDS = ("problem", "expected_answer")
+CODE_COLUMN_KEYS = ("tests", "cases", "setup", "starter", "reference")  # the code keys that name a column
+CODE_FIELDS = ("id", "problem", "tests", "test_cases", "imports", "starter_code", "reference_solution")
 SOURCES = ("synthetic", "jsonl", "parquet", "hf")
 PRESETS_DIR = Path(__file__).resolve().parent / "benchmarks"
 
@@ -264,11 +267,7 @@ def read_columns(spec: dict, key: str) -> dict[str, str]:
 
 def code_columns(code: dict, key: str) -> dict[str, str]:
     """The columns a ``code`` section reads, by the config key that names them (``key`` is the section's)."""
-    named = {
-        f"{key}.{name}": code[name]
-        for name in ("tests", "cases", "setup", "starter", "reference")
-        if code.get(name) is not None
-    }
+    named = {f"{key}.{name}": code[name] for name in CODE_COLUMN_KEYS if code.get(name) is not None}
     if code.get("run") is not None:
         named.update({f"{key}.run {{{column}}}": column for column in run_columns(code["run"], f"{key}.run")})
     return named
@@ -446,6 +445,11 @@ def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
         reference = reference_solution(record[code["reference"]], name=f"{key}.reference", where=where)
         if reference is not None:
             prepared["reference_solution"] = reference
+    # the columns read above now live in the row's own fields; every sample of the row carries the row, and APPS'
+    # solutions and cases run to megabytes per problem
+    for name in CODE_COLUMN_KEYS:
+        if code.get(name) is not None and code[name] not in CODE_FIELDS:
+            prepared.pop(code[name], None)
     return prepared
 
 
