@@ -9,6 +9,7 @@ this run produced, not rows resumed from a progress file.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -52,6 +53,8 @@ class Progress:
         self.done = 0
         self.tokens = 0
         self.batch_started = self.started  # when the batch being decoded took its first step
+        self.batch_step: tuple[int, int, int, int] | None = None  # (rows, step, max_steps, tokens) of that batch
+        self.lock = threading.Lock()  # the heartbeat logs from its own thread
 
     def resume(self, rows: int) -> None:
         """Rows an earlier run already did: they count toward the total but not toward the rates."""
@@ -59,12 +62,24 @@ class Progress:
         self.done = rows
 
     def advance(self, rows: int, tokens: int = 0) -> None:
-        self.done += rows
-        self.tokens += tokens
-        now = self.clock()
-        if self.done >= self.total or now - self.last_logged >= self.min_interval:
+        with self.lock:
+            self.done += rows
+            self.tokens += tokens
+            self.batch_step = None
+            now = self.clock()
+            if self.done >= self.total or now - self.last_logged >= self.min_interval:
+                self.last_logged = now
+                self.log(self.line(now))
+
+    def heartbeat(self) -> None:
+        """Log where the job is when nothing was logged for the interval: work no callback reports (a batch's
+        prompt pass, which takes tens of seconds for 64 long prompts on a CPU, or a server's slow answer)."""
+        with self.lock:
+            now = self.clock()
+            if now - self.last_logged < self.min_interval or self.done >= self.total:
+                return
             self.last_logged = now
-            self.log(self.line(now))
+            self.log(self.step_line(now) if self.batch_step is not None else self.line(now))
 
     def line(self, now: float | None = None) -> str:
         now = self.clock() if now is None else now
@@ -93,26 +108,50 @@ class Progress:
         """A backend's callback inside a batch of ``rows`` rows (hf): ``step`` of at most ``max_steps`` decoding
         steps done, ``tokens`` generated in the batch so far. A batch can take minutes: at the interval this
         logs where it is, with an ETA from its step rate (an upper bound: rows may end before ``max_steps``)."""
-        now = self.clock()
-        if step == 1:
-            self.batch_started = now
-        if step < 2 or now - self.last_logged < self.min_interval:
-            return
-        self.last_logged = now
-        seconds_per_step = (now - self.batch_started) / (step - 1)
-        rows_after_batch = max(self.total - self.done - rows, 0)
-        remaining = seconds_per_step * ((max_steps - step) + max_steps * rows_after_batch / max(rows, 1))
+        with self.lock:
+            now = self.clock()
+            if step == 1:
+                self.batch_started = now
+            self.batch_step = (rows, step, max_steps, tokens)
+            if step < 2 or now - self.last_logged < self.min_interval:
+                return
+            self.last_logged = now
+            self.log(self.step_line(now))
+
+    def step_line(self, now: float) -> str:
+        """Where the batch being decoded is (``on_step``'s last report), with an ETA from its step rate."""
+        rows, step, max_steps, tokens = self.batch_step
         elapsed = max(now - self.started, 1e-9)
-        self.log(
+        line = (
             f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%), "
             f"a batch of {rows} at step {step}/{max_steps}, "
             f"{(self.tokens + tokens) / elapsed:.1f} generated tokens/s, elapsed {format_duration(elapsed)}, "
-            f"ETA at most {format_duration(remaining)}"
         )
+        if step < 2:
+            return line + "ETA unknown"
+        seconds_per_step = (now - self.batch_started) / (step - 1)
+        rows_after_batch = max(self.total - self.done - rows, 0)
+        remaining = seconds_per_step * ((max_steps - step) + max_steps * rows_after_batch / max(rows, 1))
+        return line + f"ETA at most {format_duration(remaining)}"
 
 
-def generate_with_progress(backend, requests, sampling, progress: Progress):
-    """``backend.generate`` reporting to ``progress``: each finished batch, and, where the backend decodes
-    step by step in this process (hf: ``reports_steps``), where a batch is."""
+def generate_with_progress(backend, requests, sampling, progress: Progress, *, heartbeat_seconds: float | None = None):
+    """``backend.generate`` reporting to ``progress``: each finished batch, where the backend decodes step by step
+    in this process (hf: ``reports_steps``), where a batch is, and, from a heartbeat thread that looks every
+    ``heartbeat_seconds`` (a quarter of the interval), a line whenever the interval passed without one (a batch's
+    prompt pass, a slow server)."""
     steps = {"on_step": progress.on_step} if getattr(backend, "reports_steps", False) else {}
-    return backend.generate(requests, sampling, on_results=progress.on_results, **steps)
+    finished = threading.Event()
+    period = progress.min_interval / 4 if heartbeat_seconds is None else heartbeat_seconds
+
+    def beat() -> None:
+        while not finished.wait(period):
+            progress.heartbeat()
+
+    heart = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+    heart.start()
+    try:
+        return backend.generate(requests, sampling, on_results=progress.on_results, **steps)
+    finally:
+        finished.set()
+        heart.join()

@@ -57,7 +57,8 @@ def test_a_long_batch_logs_where_it_is_between_batches(tiny_checkpoint):
     ]
     progress = Progress(6, label="generate chunk0-of-1.jsonl", min_interval=10, clock=tick, log=lines.append)
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8)
-    results = generate_with_progress(backend, requests, sampling, progress)
+    # the heartbeat reads the clock too: kept out of this count of the step callback's lines
+    results = generate_with_progress(backend, requests, sampling, progress, heartbeat_seconds=3600)
     assert len(results) == 6
     in_batch = [line for line in lines if "a batch of" in line]
     assert in_batch and all(
@@ -66,3 +67,39 @@ def test_a_long_batch_logs_where_it_is_between_batches(tiny_checkpoint):
     ), lines
     assert "0/6 rows (0.0%), a batch of 4 at step " in in_batch[0]
     assert lines[-1].endswith("done")
+
+
+def test_the_heartbeat_logs_through_work_no_callback_reports():
+    """A batch's prompt pass (tens of seconds for 64 long prompts on a CPU core) and a server's slow answer report
+    nothing; the heartbeat thread logs where the job is whenever the interval passes without a line: the last step
+    of a batch when one is in flight, else rows done. The backend here is a stand-in that stays silent for a while
+    (what a real one does during a long prompt pass, which cannot be made slow on demand)."""
+    import threading
+
+    from snakeskills.progress import generate_with_progress
+
+    lines = []
+    progress = Progress(8, label="generate chunk0-of-1.jsonl", min_interval=0.05, log=lines.append)
+    silent = threading.Event()
+
+    class SilentBackend:
+        reports_steps = True
+
+        def generate(self, requests, sampling, *, on_results, on_step):
+            on_step(4, 1, 16, 4)  # a batch's first step, then a long silence
+            silent.wait(0.5)
+            on_results([])
+            return ["result"]
+
+    assert generate_with_progress(SilentBackend(), [], None, progress, heartbeat_seconds=0.01) == ["result"]
+    during = [line for line in lines if "a batch of 4 at step 1/16" in line]
+    assert len(during) >= 3, lines
+    assert all(line.endswith("ETA unknown") for line in during), "one step gives no step rate yet"
+    count = len(lines)
+    progress.heartbeat()
+    assert len(lines) == count, "not before the interval has passed"
+    silent.wait(0.1)
+    progress.heartbeat()
+    assert len(lines) == count + 1 and "0/8 rows" in lines[-1] and "a batch" not in lines[-1], (
+        "between batches the heartbeat logs rows done"
+    )
