@@ -141,8 +141,10 @@ def generate_with_progress(backend, requests, sampling, progress: Progress, *, h
     ``heartbeat_seconds`` (a quarter of the interval), a line whenever the interval passed without one (a batch's
     prompt pass, a slow server)."""
     steps = {"on_step": progress.on_step} if getattr(backend, "reports_steps", False) else {}
-    finished = threading.Event()
     period = progress.min_interval / 4 if heartbeat_seconds is None else heartbeat_seconds
+    if period <= 0:  # no interval: every report is logged already, and a zero wait would spin
+        return backend.generate(requests, sampling, on_results=progress.on_results, **steps)
+    finished = threading.Event()
 
     def beat() -> None:
         while not finished.wait(period):
