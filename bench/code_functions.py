@@ -61,22 +61,15 @@ def rows(split: str) -> list[dict]:
     return problems
 
 
-def config(folder: Path) -> dict:
+def run_config(folder: Path, *, experiment: str, benchmark: str, spec: dict) -> dict:
+    """The run both code benchmarks of bench/ use: SmolLM2 on ``benchmark`` (its ``spec``), 8 samples per train
+    problem, one LoRA round on the passing programs, 4 samples per test problem before and after."""
     return {
-        "experiment": "smollm2-135m-instruct-functions",
+        "experiment": experiment,
         "results_dir": str(folder / "results"),
         "model": {"name": "smol", "build_tiny": False, "path": "models/SmolLM2-135M-Instruct", "dtype": "float32"},
-        "benchmarks": {
-            "funcs": {
-                "source": "jsonl",
-                "jsonl": {"paths": {split: str(folder / f"{split}.jsonl") for split in SPLITS}},
-                "field_map": {"id": "uid", "problem": "description"},
-                "code": {"tests": "asserts", "show_tests": True},
-                "prompt": {"template": "code"},
-                "judge": {"extraction": "code", "timeout_seconds": 5},
-            }
-        },
-        "train_benchmarks": ["funcs"],
+        "benchmarks": {benchmark: spec},
+        "train_benchmarks": [benchmark],
         "prompt": {"template": "generic-math", "chat_template": True},
         "num_seeds": 4,
         "train_num_seeds": 8,
@@ -95,8 +88,22 @@ def config(folder: Path) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def config(folder: Path) -> dict:
+    spec = {
+        "source": "jsonl",
+        "jsonl": {"paths": {split: str(folder / f"{split}.jsonl") for split in SPLITS}},
+        "field_map": {"id": "uid", "problem": "description"},
+        "code": {"tests": "asserts", "show_tests": True},
+        "prompt": {"template": "code"},
+        "judge": {"extraction": "code", "timeout_seconds": 5},
+    }
+    return run_config(folder, experiment="smollm2-135m-instruct-functions", benchmark="funcs", spec=spec)
+
+
+def write_run(description: str, rows, config) -> None:
+    """The command line of a bench/ code run: ``--out FOLDER`` gets each split's JSONL (``rows(split)``) and the
+    config (``config(folder)``); then the commands to run it are printed."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for the data, the config and the results")
     folder = Path(parser.parse_args().out).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,4 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    write_run(__doc__, rows, config)

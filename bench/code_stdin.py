@@ -14,11 +14,10 @@ LoRA round, 4 samples per test problem before and after. BENCHMARKS.md has the f
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-import yaml
+from code_functions import SPLITS, run_config, write_run  # bench/ is the script's folder, so on sys.path
 
 FAMILIES = [
     (
@@ -54,7 +53,6 @@ FAMILIES = [
         lambda n: [(f"{value}\n", f"{value * value + n}\n") for value in (0, 2, -3)],
     ),
 ]
-SPLITS = {"train": (2, 3, 4, 5, 6, 8), "test": (7, 9, 11)}
 
 
 def rows(split: str) -> list[dict]:
@@ -74,52 +72,16 @@ def rows(split: str) -> list[dict]:
 
 
 def config(folder: Path) -> dict:
-    return {
-        "experiment": "smol-stdin",
-        "results_dir": str(folder / "results"),
-        "model": {"name": "smol", "build_tiny": False, "path": "models/SmolLM2-135M-Instruct", "dtype": "float32"},
-        "benchmarks": {
-            "progs": {
-                "source": "jsonl",
-                "jsonl": {"paths": {split: str(folder / f"{split}.jsonl") for split in SPLITS}},
-                "field_map": {"id": "pid", "problem": "statement"},
-                "code": {"cases": "input_output", "show_tests": True},
-                "prompt": {"template": "code-stdin"},
-                "judge": {"extraction": "code", "timeout_seconds": 5},
-            }
-        },
-        "train_benchmarks": ["progs"],
-        "prompt": {"template": "generic-math", "chat_template": True},
-        "num_seeds": 4,
-        "train_num_seeds": 8,
-        "generation": {
-            "backend": "hf",
-            "device": "cpu",
-            "batch_size": 64,
-            "sampling": {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 128},
-        },
-        "sft": {
-            "seed": 0,
-            "filters": {"correct_only": True, "dedup": True},
-            "lora": {"r": 16, "alpha": 32, "dropout": 0.0},
-            "training": {"num_epochs": 3, "learning_rate": 1.0e-3, "batch_size": 16, "max_length": 384},
-        },
+    spec = {
+        "source": "jsonl",
+        "jsonl": {"paths": {split: str(folder / f"{split}.jsonl") for split in SPLITS}},
+        "field_map": {"id": "pid", "problem": "statement"},
+        "code": {"cases": "input_output", "show_tests": True},
+        "prompt": {"template": "code-stdin"},
+        "judge": {"extraction": "code", "timeout_seconds": 5},
     }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for the data, the config and the results")
-    folder = Path(parser.parse_args().out).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows(split)), encoding="utf-8")
-    (folder / "config.yaml").write_text(yaml.safe_dump(config(folder), sort_keys=False), encoding="utf-8")
-    print(
-        "python3 -m snakeskills.pretrained smollm2-135m-instruct --link models/SmolLM2-135M-Instruct\n"
-        f"python3 -m snakemake --configfile {folder / 'config.yaml'} -c all"
-    )
+    return run_config(folder, experiment="smol-stdin", benchmark="progs", spec=spec)
 
 
 if __name__ == "__main__":
-    main()
+    write_run(__doc__, rows, config)
