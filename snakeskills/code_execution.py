@@ -170,9 +170,17 @@ def _body_indent(starter: str) -> str:
     return indent + "    " if last.rstrip().endswith(":") else indent
 
 
-def program_under_test(answer: str, *, starter_code: str | None, tests: str) -> str:
-    """The file run for one answer: the answer after its starter (``continued``), then the tests."""
-    return "\n".join([continued(answer, starter_code), "", "", tests.rstrip("\n"), ""])
+def answer_program(answer: str, *, starter_code: str | None, imports: str | None = None) -> str:
+    """The program an answer makes: the benchmark's ``imports`` (when it has them), then the answer after its
+    starter (``continued``)."""
+    program = continued(answer, starter_code)
+    return f"{imports.rstrip()}\n{program}" if imports else program
+
+
+def program_under_test(answer: str, *, starter_code: str | None, tests: str, imports: str | None = None) -> str:
+    """The file run for one answer: its ``answer_program``, then the tests."""
+    program = answer_program(answer, starter_code=starter_code, imports=imports)
+    return "\n".join([program, "", "", tests.rstrip("\n"), ""])
 
 
 _CALL_TESTS = """\
@@ -240,12 +248,11 @@ def row_check(answer: str, row: dict) -> ProgramCheck:
     """What an answer (or a reference solution) to a prepared code row is run as: the row's ``imports`` (when it
     has them), the answer after its starter (``continued``), then either the row's ``tests`` in the same file or,
     for a row with ``test_cases``, the cases on its standard input."""
-    program = continued(answer, row.get("starter_code"))
-    if row.get("imports"):
-        program = f"{row['imports'].rstrip()}\n{program}"
+    code = {"starter_code": row.get("starter_code"), "imports": row.get("imports")}
     if row.get("test_cases"):
-        return ProgramCheck(program + "\n", tuple((case["input"], case["output"]) for case in row["test_cases"]))
-    return ProgramCheck("\n".join([program, "", "", row["tests"].rstrip("\n"), ""]))
+        cases = tuple((case["input"], case["output"]) for case in row["test_cases"])
+        return ProgramCheck(answer_program(answer, **code) + "\n", cases)
+    return ProgramCheck(program_under_test(answer, tests=row["tests"], **code))
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -359,11 +366,6 @@ def run_check(check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: i
                 shown = f"expected {_shortened(expected.strip(), 60)!r}, got {_shortened(outcome.stdout.strip(), 60)!r}"
                 return ProgramRun(FAILED, f"{where}wrong output ({shown})")
     return ProgramRun(PASSED)
-
-
-def run_tests(program: str, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
-    """Run one program that holds its own tests (``program_under_test``) under the limits."""
-    return run_check(ProgramCheck(program), timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -81,13 +81,17 @@ class Progress:
             self.last_logged = now
             self.log(self.step_line(now) if self.batch_step is not None else self.line(now))
 
+    def rows_done(self) -> str:
+        """How a progress line starts: the job and its rows done."""
+        return f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%)"
+
     def line(self, now: float | None = None) -> str:
         now = self.clock() if now is None else now
         elapsed = max(now - self.started, 1e-9)
         produced = self.done - self.resumed
         rows_per_second = produced / elapsed
         parts = [
-            f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%)",
+            self.rows_done(),
             f"{rows_per_second:.2f} rows/s",
             f"{self.tokens / elapsed:.1f} generated tokens/s",
             f"elapsed {format_duration(elapsed)}",
@@ -123,8 +127,7 @@ class Progress:
         rows, step, max_steps, tokens = self.batch_step
         elapsed = max(now - self.started, 1e-9)
         line = (
-            f"{self.label}: {self.done}/{self.total} rows ({100 * self.done / max(self.total, 1):.1f}%), "
-            f"a batch of {rows} at step {step}/{max_steps}, "
+            f"{self.rows_done()}, a batch of {rows} at step {step}/{max_steps}, "
             f"{(self.tokens + tokens) / elapsed:.1f} generated tokens/s, elapsed {format_duration(elapsed)}, "
         )
         if step < 2:

@@ -36,7 +36,6 @@ from snakeskills.code_execution import (
     row_check,
     run_check,
     run_many,
-    run_tests,
 )
 from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
@@ -61,7 +60,7 @@ CODE_ROWS = [
 
 
 def run(program: str, **limits) -> object:
-    return run_tests(program, **{**LIMITS, **limits})
+    return run_check(ProgramCheck(program), **{**LIMITS, **limits})
 
 
 # ---------------------------------------------------------------- the program an answer gives

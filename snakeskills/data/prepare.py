@@ -411,16 +411,12 @@ def apply_code(record: dict, code: dict, *, key: str, where: str) -> dict:
         if column not in record:
             raise SnakeskillsError(f"{where}: config key {config_key} names column {column!r}, which the row lacks")
     if code.get("cases") is not None:
-        cases = io_cases(record[code["cases"]], name=f"{key}.cases", where=where)
-        if isinstance(cases, str):  # call-based: a test program calling the function
-            prepared = {**record, "tests": cases}
-            shown, shown_heading = None, None
-        else:
-            prepared = {**record, "test_cases": cases}
-            shown = "\n\n".join(
-                f"Input:\n{case['input'].rstrip()}\nOutput:\n{case['output'].rstrip()}" for case in cases[:SHOWN_CASES]
-            )
-            shown_heading = "Your program should give these outputs for these inputs:"
+        prepared = {**record, **case_fields(record[code["cases"]], name=f"{key}.cases", where=where)}
+        shown = "\n\n".join(
+            f"Input:\n{case['input'].rstrip()}\nOutput:\n{case['output'].rstrip()}"
+            for case in prepared.get("test_cases", [])[:SHOWN_CASES]
+        )  # a call-based row's test program is not shown
+        shown_heading = "Your program should give these outputs for these inputs:"
     else:
         tests = code_text(record[code["tests"]], name=f"{key}.tests", where=where)
         if not tests.strip():
@@ -478,15 +474,16 @@ def _case_text(value, *, name: str, where: str) -> str:
     )
 
 
-def io_cases(value, *, name: str, where: str) -> list[dict] | str:
-    """A ``cases`` column's value as ``[{"input", "output"}]``: a list of ``{input, output}`` objects
-    (LiveCodeBench), or ``{inputs: [...], outputs: [...]}`` (APPS) / ``{input: [...], output: [...]}``
-    (CodeContests), each possibly JSON text. APPS' call-based cases (with ``fn_name``: each input is the arguments
-    of a call) become a test program calling that function (``call_tests``), returned as a string.
-    LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
+def case_fields(value, *, name: str, where: str) -> dict:
+    """The fields a ``cases`` column's value gives its row: ``test_cases`` (``[{"input", "output"}]``) from a
+    list of ``{input, output}`` objects (LiveCodeBench), or ``{inputs: [...], outputs: [...]}`` (APPS) /
+    ``{input: [...], output: [...]}`` (CodeContests), each possibly JSON text; or, for APPS' call-based cases (with
+    ``fn_name``: each input is the arguments of a call), ``tests``, a program calling that function
+    (``call_tests``). LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
     from snakeskills.code_execution import call_tests
 
     value = _decoded(value, name=name, where=where)
+    function_name = None
     if isinstance(value, dict):
         layouts = (("inputs", "outputs"), ("input", "output"))
         pair = next(((i, o) for i, o in layouts if i in value and o in value), None)
@@ -501,16 +498,8 @@ def io_cases(value, *, name: str, where: str) -> list[dict] | str:
                 f"{where}: config key {name}: {len(inputs)} inputs but {len(outputs)} outputs; each input needs "
                 "its output"
             )
-        if not inputs:
-            raise SnakeskillsError(f"{where}: config key {name}: the row has no cases")
-        if value.get("fn_name"):
-            if not all(isinstance(arguments, list) for arguments in inputs):
-                raise SnakeskillsError(
-                    f"{where}: config key {name}: call-based cases (fn_name {value['fn_name']!r}) need each input "
-                    "to be the list of a call's arguments"
-                )
-            return call_tests(str(value["fn_name"]), inputs, outputs)
         pairs = list(zip(inputs, outputs, strict=True))
+        function_name = value.get("fn_name")
     elif isinstance(value, list):
         pairs = []
         for case in value:
@@ -533,10 +522,18 @@ def io_cases(value, *, name: str, where: str) -> list[dict] | str:
         )
     if not pairs:
         raise SnakeskillsError(f"{where}: config key {name}: the row has no cases")
-    return [
+    if function_name:
+        if not all(isinstance(arguments, list) for arguments, _ in pairs):
+            raise SnakeskillsError(
+                f"{where}: config key {name}: call-based cases (fn_name {function_name!r}) need each input to be "
+                "the list of a call's arguments"
+            )
+        return {"tests": call_tests(str(function_name), *map(list, zip(*pairs, strict=True)))}
+    cases = [
         {"input": _case_text(i, name=name, where=where), "output": _case_text(o, name=name, where=where)}
         for i, o in pairs
     ]
+    return {"test_cases": cases}
 
 
 def _shortened_repr(value) -> str:
@@ -589,9 +586,9 @@ def normalize_records(
                 raise SnakeskillsError(f"{where}: row {index + 1} lacks required field {field!r}")
             value = record[field]
             if isinstance(value, bool) or not isinstance(value, str | numbers.Number):
-                shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
                 raise SnakeskillsError(
-                    f"{where}: row {index + 1}: field {field!r} is a {type(value).__name__} ({shown}); it must be "
+                    f"{where}: row {index + 1}: field {field!r} is a {type(value).__name__} "
+                    f"({_shortened_repr(value)}); it must be "
                     "one string or number. Several accepted answers are not supported: keep one (a field_map "
                     "regex or a column that holds a single answer)"
                 )
