@@ -1,8 +1,8 @@
 """HF backend against plain transformers sampling: tokens/s on the same model, prompts and settings.
 
 Usage: python bench/generation.py [--device auto] [--workload random|smollm2] [--shape auto|cpu|qwen0.5b]
-       [--prompts N] [--prompt-tokens N] [--max-new-tokens N] [--batch-size N] [--dtype float32|bfloat16]
-       [--output bench/results/generation[-smollm2]-<device>.json]
+       [--template generic-math|generic-math-fewshot] [--prompts N] [--prompt-tokens N] [--max-new-tokens N]
+       [--batch-size N] [--dtype float32|bfloat16] [--output bench/results/generation[-smollm2[-fewshot]]-<device>.json]
 
 Workload ``random`` (the default) builds a Llama-shaped model with random weights and a realistic vocabulary
 (151,936 tokens, Qwen2.5's) and a word-level tokenizer of the same size, saves both to a scratch folder, and
@@ -11,8 +11,9 @@ loads them with the hf backend. Then, on that one loaded model, with the same le
 - the hf backend, greedy,
 - plain ``model.generate(do_sample=True, temperature=0.7, top_p=0.95)``, which shares one random stream
   across the batch (no per-row seeds),
-- the hf backend, sampled, one prompt at a time (batch size 1): its samples must equal the batched ones.
-Tokens are counted per row up to and including its EOS, the same way for all three. Shapes: ``cpu`` (hidden
+- the hf backend, sampled, one prompt at a time (batch size 1): its samples must equal the batched ones,
+- the hf backend, sampled, with generation.share_prefix off (each row's whole prompt through the model).
+Tokens are counted per row up to and including its EOS, the same way for all runs. Shapes: ``cpu`` (hidden
 256, 4 layers; 64 prompts of 32 tokens, 32 new tokens) or ``qwen0.5b`` (hidden 896, 24 layers, 14 heads,
 2 KV heads, bf16; 256 prompts of 128 tokens, 256 new tokens: the issue's H100 baseline); ``auto`` picks
 ``qwen0.5b`` on CUDA. Random weights almost never draw EOS, so every row runs to ``max_new_tokens``.
@@ -21,7 +22,9 @@ Workload ``smollm2`` runs the real SmolLM2-135M-Instruct on chat-template arithm
 operands up to 999; 128 prompts in batches of 64 on CPU, 1,024 in batches of 256 on CUDA; 256 new tokens,
 temperature 0.7, top_p 1.0): prompt lengths differ and rows end at their own EOS, as in a real run. There
 the backend's batching longest prompt first and dropping finished rows count; plain ``generate`` runs the
-batches in the prompts' order and keeps every row until the batch's last one ends.
+batches in the prompts' order and keeps every row until the batch's last one ends. The prompts open with the
+same chat-template tokens (system prompt, instruction: 50 tokens), which the backend computes once per batch;
+``--template generic-math-fewshot`` opens each with four worked examples (345 shared tokens of about 362).
 
 ``--compile`` also times the backend with ``generation.compile`` (static KV cache, torch.compile'd step,
 CUDA graphs on a GPU) after one untimed run that compiles its shapes, and checks its samples against the
@@ -110,6 +113,15 @@ def run_plain(backend: HFBackend, requests, sampling) -> tuple[float, int, None]
     return time.perf_counter() - start, tokens, None
 
 
+def run_unshared(backend: HFBackend, requests, sampling) -> tuple[float, int, list[str]]:
+    """The backend with generation.share_prefix off: every row's whole prompt goes through the model."""
+    share_prefix, backend.share_prefix = backend.share_prefix, False
+    try:
+        return run_backend(backend, requests, sampling)
+    finally:
+        backend.share_prefix = share_prefix
+
+
 def run_one_by_one(backend: HFBackend, requests, sampling) -> tuple[float, int, list[str]]:
     batch_size, backend.batch_size = backend.batch_size, 1
     try:
@@ -139,6 +151,7 @@ def random_workload(arguments, device: str, folder: Path):
         trust_remote_code=False,
         threads=arguments.threads,
         compile=False,  # --compile switches it on after the eager runs
+        share_prefix=True,
     )
     details = {"shape": shape_name, "vocabulary": VOCABULARY, "dtype": dtype, "prompt_tokens": prompt_tokens}
     return backend, requests, arguments.max_new_tokens or shape["max_new_tokens"], 0.95, details
@@ -163,14 +176,15 @@ def smollm2_workload(arguments, device: str, folder: Path):
         trust_remote_code=False,
         threads=arguments.threads,
         compile=False,  # --compile switches it on after the eager runs
+        share_prefix=True,
     )
     problems = arithmetic_splits(operations=["+", "-", "*"], max_operand=999, split_sizes={"bench": prompts}, seed=0)
     prompt = resolve_prompt(
         {
-            "template": "generic-math",
+            "template": arguments.template,
             "system": None,
             "user": None,
-            "num_few_shot": None,
+            "num_few_shot": 4 if arguments.template == "generic-math-fewshot" else None,
             "chat_template": True,
             "chat_template_kwargs": {},
         }
@@ -181,6 +195,7 @@ def smollm2_workload(arguments, device: str, folder: Path):
         "model": "SmolLM2-135M-Instruct",
         "vocabulary": len(backend.tokenizer),
         "dtype": dtype,
+        "prompt_template": arguments.template,
         "prompt_tokens": f"{lengths[0]}-{lengths[-1]}",
     }
     return backend, requests, arguments.max_new_tokens or 256, 1.0, details
@@ -193,6 +208,12 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--workload", default="random", choices=["random", "smollm2"])
     parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES], help="random workload's model")
+    parser.add_argument(
+        "--template",
+        default="generic-math",
+        choices=["generic-math", "generic-math-fewshot"],
+        help="smollm2 workload's prompt (the few-shot one opens every prompt with 4 worked examples)",
+    )
     parser.add_argument("--prompts", type=int)
     parser.add_argument("--prompt-tokens", type=int)
     parser.add_argument("--max-new-tokens", type=int)
@@ -218,11 +239,12 @@ def main() -> None:
     warm_up = SamplingParams(temperature=0.7, top_p=top_p, top_k=0, max_new_tokens=4)
     run_backend(backend, requests[: backend.batch_size], warm_up)
     run_plain(backend, requests[: backend.batch_size], warm_up)
-    timings = {"backend_sampled": [], "backend_greedy": [], "plain_sampled": []}
-    for _ in range(arguments.repeats):  # interleaved, so that drift in machine load touches all three alike
+    timings = {"backend_sampled": [], "backend_greedy": [], "plain_sampled": [], "backend_unshared_sampled": []}
+    for _ in range(arguments.repeats):  # interleaved, so that drift in machine load touches all four alike
         timings["backend_sampled"].append(run_backend(backend, requests, sampled))
         timings["backend_greedy"].append(run_backend(backend, requests, greedy))
         timings["plain_sampled"].append(run_plain(backend, requests, sampled))
+        timings["backend_unshared_sampled"].append(run_unshared(backend, requests, sampled))
     timings["backend_one_by_one"] = [run_one_by_one(backend, requests, sampled)]
     if arguments.compile:  # the same backend with generation.compile; an untimed run compiles its shapes first
         backend._compiled_step = compiled_decoding_step(
@@ -236,6 +258,8 @@ def main() -> None:
     rates = {name: max(tokens / seconds for seconds, tokens, _ in runs) for name, runs in timings.items()}
     batched_samples, single_samples = timings["backend_sampled"][0][2], timings["backend_one_by_one"][0][2]
     same = sum(a == b for a, b in zip(batched_samples, single_samples, strict=True))
+    unshared_samples = timings["backend_unshared_sampled"][0][2]
+    same_unshared = sum(a == b for a, b in zip(batched_samples, unshared_samples, strict=True))
     figures = {
         "machine": f"{platform.machine()}, torch {torch.__version__}, {arguments.threads} threads",
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
@@ -252,6 +276,8 @@ def main() -> None:
         "greedy_ratio_to_plain_sampled": round(rates["backend_greedy"] / rates["plain_sampled"], 3),
         "batched_speedup_over_one_by_one": round(rates["backend_sampled"] / rates["backend_one_by_one"], 1),
         "identical_samples_batched_and_one_by_one": f"{same}/{len(requests)}",
+        "shared_prefix_speedup": round(rates["backend_sampled"] / rates["backend_unshared_sampled"], 3),
+        "identical_samples_shared_prefix_and_not": f"{same_unshared}/{len(requests)}",
     }
     if arguments.compile:
         compiled_samples = timings["backend_compiled_sampled"][0][2]
@@ -260,6 +286,7 @@ def main() -> None:
         same_compiled = sum(a == b for a, b in zip(batched_samples, compiled_samples, strict=True))
         figures["identical_samples_compiled_and_eager"] = f"{same_compiled}/{len(requests)}"
     suffix = "" if arguments.workload == "random" else f"-{arguments.workload}"
+    suffix += "-fewshot" if arguments.workload == "smollm2" and arguments.template == "generic-math-fewshot" else ""
     output = arguments.output or (
         REPO / f"bench/results/generation{suffix}-{'cuda' if device.startswith('cuda') else 'cpu'}.json"
     )

@@ -200,6 +200,7 @@ def test_the_shared_model_server_renders_with_the_kwargs(qwen3_style, tmp_path):
         "batch_size": 4,
         "threads": 1,
         "compile": False,
+        "share_prefix": True,
     }
     server = SharedModelBackend(
         backend="hf",

@@ -16,6 +16,7 @@ from snakeskills.backends.hf import (
     MIN_STATIC_CACHE,
     compiled_shapes_bound,
     decoding_step,
+    has_sliding_window_layers,
     static_cache_length,
     unsupported_static_cache_layers,
 )
@@ -127,3 +128,15 @@ def test_finished_rows_leave_a_sliding_window_static_cache_without_changing_the_
     alone = [eager.generate([request], GREEDY)[0] for request in requests]
     assert static.generate(requests, GREEDY) == alone
     assert eager.generate(requests, GREEDY) == alone
+
+
+def test_a_sliding_window_model_keeps_left_padding(sliding_window_checkpoint):
+    """A window counts cache slots: padding after a shared prefix would sit inside a row's window. Such a model
+    has generation.share_prefix off and its batches left-padded, even when their prompts share an opening."""
+    assert has_sliding_window_layers(AutoConfig.for_model("gemma2"))  # sliding and full layers
+    assert not has_sliding_window_layers(AutoConfig.for_model("llama"))
+    backend = hf_backend(str(sliding_window_checkpoint), device="cpu", dtype="float32", batch_size=8)
+    assert backend.share_prefix is False
+    opening = "Add the two numbers and answer: "
+    _, mask, prefix = backend.batch_layout([backend.tokenizer(opening + prompt)["input_ids"] for prompt in PROMPTS])
+    assert prefix == 0 and mask[:, -1].all()

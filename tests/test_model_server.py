@@ -31,6 +31,7 @@ def shared(tiny_checkpoint, directory, chat_template=False, **overrides):
         "batch_size": 4,
         "threads": 1,
         "compile": False,
+        "share_prefix": True,
     }
     settings = {"idle_seconds": 3, "jobs_per_load": 64, **overrides}
     return SharedModelBackend(

@@ -250,6 +250,24 @@ def test_compiled_decoding_step_gives_the_eager_loops_tokens(smollm2, backend):
     assert all(size & (size - 1) == 0 for size in sizes), "compacted batches are powers of two"
 
 
+def test_the_chat_templates_opening_goes_through_the_model_once_and_changes_no_row(backend):
+    """SmolLM2's chat template opens every prompt with its system message, and the generic-math prompt adds
+    its instruction: a batch computes that opening once (generation.share_prefix), and every row's tokens,
+    greedy and sampled, equal those of the left-padded batch in float32."""
+    requests = requests_for(backend, chat_prompt())
+    input_ids, _, prefix = backend.batch_layout([request.prompt_token_ids for request in requests])
+    opening = backend.tokenizer.decode(input_ids[0, :prefix])
+    assert opening.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert opening.endswith("(and only answer) inside \\boxed{}.\n\n"), opening
+    for sampling in (SAMPLED, GREEDY):
+        shared = backend.generate(requests, sampling)
+        backend.share_prefix = False
+        try:
+            assert shared == backend.generate(requests, sampling)
+        finally:
+            backend.share_prefix = True
+
+
 # ---------------------------------------------------------------- stop strings and the context limit
 
 

@@ -160,6 +160,7 @@ def local_backend_options(generation: dict, model: dict, model_path: str, adapte
             "batch_size": generation["batch_size"],
             "threads": threads,
             "compile": generation["compile"],
+            "share_prefix": generation["share_prefix"],
         }
     return {**common, **generation["vllm"]}
 

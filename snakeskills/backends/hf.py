@@ -56,6 +56,9 @@ MASK32 = 0xFFFFFFFF
 COMPACT_EVERY = 8
 # the shortest static KV cache of a compiled step, in tokens
 MIN_STATIC_CACHE = 128
+# a batch's prompts share their first tokens (the system prompt, the instruction, few-shot examples): when at
+# least this many, the prefix is computed once and its keys and values copied to every row
+MIN_SHARED_PREFIX = 16
 
 
 def _mix32(values):
@@ -173,16 +176,29 @@ class PerRequestSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, drawn.unsqueeze(1), 0.0)
 
 
+def forward_parameters(model) -> set[str]:
+    """The keyword arguments of the model's own ``forward`` (a peft model's base model's)."""
+    base_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return set(inspect.signature(base_model.forward).parameters)
+
+
+def cache_keyword(model) -> str:
+    """The keyword under which ``model.forward`` takes its KV cache: ``cache`` in recent transformers (which
+    deprecate ``past_key_values`` and drop it in 5.40), ``past_key_values`` before."""
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+
+
 def decoding_step(model):
     """One decoding step of ``model``: next-token logits of one new token per row, over a static KV cache."""
+    keyword = cache_keyword(model)
 
     def step(input_ids, attention_mask, position_ids, cache):
         return model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
+            **{keyword: cache},
         ).logits[:, -1, :]
 
     return step
@@ -228,6 +244,26 @@ def unsupported_static_cache_layers(config) -> list[str]:
     return sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer", "StaticSlidingWindowLayer"})
 
 
+def shared_prefix_length(prompts_token_ids) -> int:
+    """How many leading tokens all prompts of a batch have in common, leaving each prompt at least one token of
+    its own (the last prompt token's logits start a row's generation)."""
+    length = 0
+    for column in zip(*prompts_token_ids, strict=False):
+        if any(token != column[0] for token in column):
+            break
+        length += 1
+    return min(length, min(map(len, prompts_token_ids)) - 1)
+
+
+def has_sliding_window_layers(config) -> bool:
+    """Whether some attention layer of this model sees only a window of the last tokens. A window counts cache
+    slots, and a shared prefix puts a row's padding after the prefix, inside the window: such a model keeps
+    left padding (``HFBackend.batch_layout``)."""
+    from transformers import DynamicCache
+
+    return any(layer.is_sliding for layer in DynamicCache(config=config).layers)
+
+
 def context_length(model, tokenizer) -> int | None:
     """The model's context in tokens: its config's position limit, else the tokenizer's (when it states one)."""
     for value in (getattr(model.config, "max_position_embeddings", None), tokenizer.model_max_length):
@@ -252,6 +288,7 @@ class HFBackend:
         trust_remote_code: bool,
         threads: int,
         compile: bool,
+        share_prefix: bool,
     ):
         import torch
 
@@ -271,9 +308,12 @@ class HFBackend:
         eos = self.model.generation_config.eos_token_id
         self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.eos_token_ids.add(self.tokenizer.eos_token_id)
-        base_model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(base_model.forward).parameters
+        self._takes_logits_to_keep = "logits_to_keep" in forward_parameters(self.model)
+        self._cache_keyword = cache_keyword(self.model)
         self.context_length = context_length(self.model, self.tokenizer)
+        self.share_prefix = share_prefix and not has_sliding_window_layers(self.model.config)
+        if share_prefix and not self.share_prefix:
+            logger.info("generation.share_prefix: off for %s (sliding-window attention layers)", model_path)
         # compile: a static KV cache and a torch.compile'd decoding step (CUDA graphs on a GPU)
         self._compiled_step = None
         if compile:
@@ -333,6 +373,26 @@ class HFBackend:
             return_tensors="pt",
         ).to(self.device)
 
+    def batch_layout(self, prompts_token_ids):
+        """One batch of prompts as the decoding loop takes it: (input ids, attention mask, shared prefix length).
+
+        Without a shared prefix (``shared_prefix_length`` below MIN_SHARED_PREFIX, a batch of one, or
+        ``share_prefix`` off) the prompts are left-padded. With one, every row is the prefix, then padding, then
+        the rest of its prompt: the padding sits after the prefix, whose keys and values are then computed once
+        for the batch and whose positions are the same in every row."""
+        import torch
+
+        prefix = shared_prefix_length(prompts_token_ids) if self.share_prefix and len(prompts_token_ids) > 1 else 0
+        if prefix < MIN_SHARED_PREFIX:
+            encoded = self.left_padded(prompts_token_ids)
+            return encoded["input_ids"], encoded["attention_mask"], 0
+        encoded = self.left_padded([token_ids[prefix:] for token_ids in prompts_token_ids])
+        rows = len(prompts_token_ids)
+        prefix_ids = torch.tensor(prompts_token_ids[0][:prefix], device=self.device).expand(rows, prefix)
+        input_ids = torch.cat([prefix_ids, encoded["input_ids"]], 1)
+        attention_mask = torch.cat([encoded["attention_mask"].new_ones((rows, prefix)), encoded["attention_mask"]], 1)
+        return input_ids, attention_mask, prefix
+
     def _stop_strings(self, stop: tuple[str, ...]):
         """transformers' stop-string criterion for these strings (built once: it preprocesses the vocabulary)."""
         if not stop:
@@ -347,7 +407,7 @@ class HFBackend:
         self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0, on_step=None
     ) -> list[GenerationResult]:
         rows_tokens, lengths = self._decode(
-            self.left_padded([request.prompt_token_ids for request in requests]),
+            self.batch_layout([request.prompt_token_ids for request in requests]),
             [request.seed for request in requests],
             sampling,
             cache_length,
@@ -366,20 +426,21 @@ class HFBackend:
             )
         return results
 
-    def _decode(self, encoded, seeds: list[int], sampling: SamplingParams, cache_length: int = 0, on_step=None):
-        """Decode one left-padded batch with a KV cache: (generated token ids per row, and per row the number
+    def _decode(self, layout, seeds: list[int], sampling: SamplingParams, cache_length: int = 0, on_step=None):
+        """Decode one batch (``batch_layout``) with a KV cache: (generated token ids per row, and per row the number
         of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
         to ``max_new_tokens``).
 
         Unlike ``model.generate``, finished rows leave the batch: they are dropped from the KV cache and every
         per-row tensor (``_time_to_compact`` says when), so later steps compute only the rows still running.
-        Positions follow each row's own prompt length (left padding), as in ``generate``. Stop strings are
-        matched across token boundaries by transformers' ``StopStringCriteria``. A compiled step uses a static
-        cache of ``cache_length`` tokens (at least the batch's need).
+        Positions follow each row's own prompt length (left padding), as in ``generate``; a shared prefix is
+        computed once (``_prefill``). Stop strings are matched across token boundaries by transformers'
+        ``StopStringCriteria``. A compiled step uses a static cache of ``cache_length`` tokens (at least the
+        batch's need).
         """
         import torch
 
-        input_ids, attention_mask = encoded["input_ids"], encoded["attention_mask"]
+        input_ids, attention_mask, prefix_length = layout
         batch, prompt_length = input_ids.shape
         max_new_tokens = sampling.max_new_tokens
         stop_criteria = self._stop_strings(sampling.stop)
@@ -412,7 +473,9 @@ class HFBackend:
             positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
             next_positions = positions[:, -1:] + 1
             static = self._compiled_step is not None
-            logits = self._forward(input_ids, attention if static else attention_mask, positions, cache)
+            logits, cache = self._prefill(
+                input_ids, attention if static else attention_mask, positions, cache, prefix_length, cache_length
+            )
             for step in range(max_new_tokens):
                 tokens = draw_tokens(logits, seeds_tensor, step, sampling)
                 column = prompt_length + step
@@ -476,7 +539,8 @@ class HFBackend:
         return sorted(running + finished[:padding])
 
     def _kept_rows(self, cache, index, cache_length: int):
-        """The cache with only these rows (a dynamic cache in place; a static one as a new, smaller one)."""
+        """The cache with these rows, in this order (a row repeats where its index does): a dynamic cache in
+        place; a static one as a new one."""
         import torch
         from transformers import StaticCache
         from transformers.cache_utils import StaticSlidingWindowLayer
@@ -498,6 +562,26 @@ class HFBackend:
             torch.cuda.empty_cache()
         return smaller
 
+    def _prefill(self, input_ids, attention_mask, positions, cache, prefix_length: int, cache_length: int):
+        """The prompts' pass: each row's first next-token logits, and the cache filled with the prompts.
+
+        With a shared prefix, the prefix goes through the model once, as a batch of one; its keys and values are
+        copied to every row (``_kept_rows`` with row 0 repeated), and only each row's own tokens go through the
+        model after it, attending to the copied prefix. The rows' positions and masks are those of the whole
+        prompts, so each row's logits are those of its whole prompt. A static cache's mask spans the whole cache
+        (its future positions are masked as causal), a dynamic cache's the tokens so far."""
+        import torch
+
+        if prefix_length == 0:
+            return self._forward(input_ids, attention_mask, positions, cache), cache
+        static = self._compiled_step is not None
+        prefix_mask = attention_mask[:1] if static else attention_mask[:1, :prefix_length]
+        self._forward(input_ids[:1, :prefix_length], prefix_mask, positions[:1, :prefix_length], cache)
+        every_row_from_row_0 = torch.zeros(input_ids.shape[0], dtype=torch.long, device=self.device)
+        cache = self._kept_rows(cache, every_row_from_row_0, cache_length)
+        logits = self._forward(input_ids[:, prefix_length:], attention_mask, positions[:, prefix_length:], cache)
+        return logits, cache
+
     def _forward(self, input_ids, attention_mask, position_ids, cache):
         """The model's next-token logits for each row (only the last position's are computed)."""
         extra = {"logits_to_keep": 1} if self._takes_logits_to_keep else {}
@@ -505,8 +589,8 @@ class HFBackend:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
+            **{self._cache_keyword: cache},
             **extra,
         )
         return output.logits[:, -1, :]
