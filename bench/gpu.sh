@@ -2,8 +2,9 @@
 # The GPU proof in one command, on a GPU node (no network needed: random weights, offline tokenizers):
 #   bash bench/gpu.sh
 # 1. the GPU test suite (tests/gpu): hf backend against plain generate, compile against eager, rows across batch
-#    sizes in bf16 and float32, LoRA and full SFT in bf16 with and without gradient checkpointing, GPU claims
-#    with the real nvidia-smi, DDP and FSDP on 2+ GPUs; figures to bench/results/gpu-tests-cuda.json;
+#    sizes and with/without the shared prompt opening in bf16 and float32, LoRA and full SFT in bf16 with and
+#    without gradient checkpointing, GPU claims with the real nvidia-smi, DDP and FSDP on 2+ GPUs; figures to
+#    bench/results/gpu-tests-cuda.json;
 # 2. bench/generation.py, random workload (Qwen2.5-0.5B's shape and vocabulary, bf16), eager and compiled,
 #    to bench/results/generation-cuda.json;
 # 3. where the converted SmolLM2 is cached (~/.cache/snakeskills, or SNAKESKILLS_CACHE) or its package can be

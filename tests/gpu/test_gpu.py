@@ -174,6 +174,31 @@ def test_rows_across_batch_sizes(random_llama, requests, device, record, dtype):
         assert min(shares.values()) >= 0.9, shares
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_shared_prefix_against_left_padding(random_llama, requests, device, record, dtype):
+    """generation.share_prefix: prompts that open with the same 48 tokens (a system prompt's worth) and end with
+    16 of their own; the opening goes through the model once per batch. The shares of rows identical to the
+    left-padded batch's (other attention shapes, so other kernels on CUDA), and the time each takes."""
+    opening = list(requests[0].prompt_token_ids[:48])
+    shared_requests = [
+        GenerationRequest(seed=request.seed, prompt_token_ids=tuple(opening + list(request.prompt_token_ids[48:])))
+        for request in requests
+    ]
+    shared = random_hf(random_llama, device, dtype=dtype, batch_size=PROMPTS)
+    unshared = random_hf(random_llama, device, dtype=dtype, batch_size=PROMPTS, share_prefix=False)
+    assert shared.batch_layout([request.prompt_token_ids for request in shared_requests])[2] == 48
+    shared.generate(shared_requests[:8], SamplingParams(0.7, 0.95, 0, 4))  # warm-up
+    figures = {}
+    for name, sampling in (("sampled", SAMPLED), ("greedy", GREEDY)):
+        with_prefix, shared_seconds = timed(shared.generate, shared_requests, sampling)
+        without, unshared_seconds = timed(unshared.generate, shared_requests, sampling)
+        figures[f"{name}_rows_identical"] = identical_share(with_prefix, without)
+        figures[f"{name}_seconds_shared_and_not"] = [round(shared_seconds, 3), round(unshared_seconds, 3)]
+    record(f"shared_prefix_against_left_padding_{dtype}", figures)
+    if dtype == "float32":
+        assert figures["greedy_rows_identical"] >= 0.9, figures
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
