@@ -348,24 +348,30 @@ def _failure(outcome: _Outcome, timeout_seconds: float, where: str = "") -> Prog
 
 
 def run_check(check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
-    """Run one program against its tests or its cases under the limits; see the module doc."""
+    """Run one program against its tests or its cases under the limits; see the module doc. Each case runs in
+    a fresh folder: nothing a run leaves there (a file, a cache) reaches the next case."""
+    limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb}
+    if not check.cases:
+        outcome = _run_in_fresh_folder(check.program, stdin=None, **limits)
+        return ProgramRun(PASSED) if outcome.returncode == 0 else _failure(outcome, timeout_seconds)
+    for number, (case_input, expected) in enumerate(check.cases, start=1):
+        where = f"case {number} of {len(check.cases)}: "
+        outcome = _run_in_fresh_folder(check.program, stdin=case_input, **limits)
+        if outcome.returncode != 0:
+            return _failure(outcome, timeout_seconds, where)
+        if not outputs_match(outcome.stdout, expected):
+            shown = f"expected {_shortened(expected.strip(), 60)!r}, got {_shortened(outcome.stdout.strip(), 60)!r}"
+            return ProgramRun(FAILED, f"{where}wrong output ({shown})")
+    return ProgramRun(PASSED)
+
+
+def _run_in_fresh_folder(program: str, *, stdin: str | None, **limits) -> _Outcome:
+    """``_run_once`` of ``program`` written to solution.py in a new temporary folder, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="snakeskills-run-") as folder:
         path = os.path.join(folder, "solution.py")
         with open(path, "w", encoding="utf-8") as file:
-            file.write(check.program)
-        limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb}
-        if not check.cases:
-            outcome = _run_once(folder, path, stdin=None, **limits)
-            return ProgramRun(PASSED) if outcome.returncode == 0 else _failure(outcome, timeout_seconds)
-        for number, (case_input, expected) in enumerate(check.cases, start=1):
-            where = f"case {number} of {len(check.cases)}: "
-            outcome = _run_once(folder, path, stdin=case_input, **limits)
-            if outcome.returncode != 0:
-                return _failure(outcome, timeout_seconds, where)
-            if not outputs_match(outcome.stdout, expected):
-                shown = f"expected {_shortened(expected.strip(), 60)!r}, got {_shortened(outcome.stdout.strip(), 60)!r}"
-                return ProgramRun(FAILED, f"{where}wrong output ({shown})")
-    return ProgramRun(PASSED)
+            file.write(program)
+        return _run_once(folder, path, stdin=stdin, **limits)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

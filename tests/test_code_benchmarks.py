@@ -358,6 +358,13 @@ def test_a_program_printing_without_end_is_stopped_by_the_output_file_limit():
     assert time.monotonic() - started < 30
 
 
+def test_each_case_runs_in_a_fresh_folder():
+    """A program that leaves a file behind finds none in its next case: each case starts in a new folder."""
+    marker = "import os\nprint('seen' if os.path.exists('marker') else 'fresh')\nopen('marker', 'w').write(input())\n"
+    check = cases_check(marker, ("1", "fresh"), ("2", "fresh"), ("3", "fresh"))
+    assert run_check(check, **LIMITS).status == PASSED
+
+
 def test_an_answer_after_a_stub_without_a_body():
     """APPS' call-based starters end inside the method (``def f(self, x):`` and its indentation): a whole class
     replaces the stub, and a body, indented or not, continues it. HumanEval's stubs end with a docstring."""
