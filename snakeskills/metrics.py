@@ -11,7 +11,8 @@ number of samples n. For each k in 1..n:
   k without answer; for k >= 2 also ``{score}_statistics`` (avg, std_dev_across_runs,
   std_err_across_runs, avg_sample_std_dev), as fractions.
 - ``majority@k`` (k >= 2): the most common non-empty answer among the first k; a tie scores the
-  mean correctness of the tied (answer, correctness) groups; no answer at all scores 0.
+  mean correctness of the tied (answer, correctness) groups; no answer at all scores 0. (For programs judged
+  by running them, ``summarize.vote_keys`` hands in what each program did as its answer.)
 
 Percentages are 100 x mean over problems. ``num_entries`` counts problems and ``avg_tokens`` is the
 mean over problems of their mean generated tokens (an int, as NeMo-Skills prints it).

@@ -72,7 +72,7 @@ def reference_metrics(problems: list[list[dict]], score_columns: list[str]) -> d
     tokens_sum = 0.0
 
     for samples in problems:
-        answers = [None if s["predicted_answer"] is None else str(s["predicted_answer"]) for s in samples]
+        answers = [_vote(sample) for sample in samples]
         missing = [answer is None for answer in answers]
         tokens_sum += sum(int(s["num_generated_tokens"]) for s in samples) / n
         for k in ks:
@@ -123,6 +123,15 @@ def reference_metrics(problems: list[list[dict]], score_columns: list[str]) -> d
         pass_k["no_answer"] = 100.0 * all_missing_count[k] / total
         metrics[f"pass@{k}"] = pass_k
     return metrics
+
+
+def _vote(sample: dict) -> str | None:
+    """What the sample votes for in majority@k: its answer; a program judged by running it, what it did."""
+    if sample["predicted_answer"] is None:
+        return None
+    if "execution_status" in sample:
+        return f"{sample['execution_status']}: {sample['execution_error'] or ''}"
+    return str(sample["predicted_answer"])
 
 
 def _majority_score(answers: list[str | None], scores: list[float]) -> float:

@@ -24,6 +24,10 @@ SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
 FINISH_REASON = "finish_reason"
 REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
+# read when the first row has them (rows judged by running their programs): what majority@k votes on there
+EXECUTION_STATUS, EXECUTION_ERROR = "execution_status", "execution_error"
+# fields that may be null in a judged row (no answer; a program that passed)
+NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
 
 
 def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
@@ -47,7 +51,7 @@ def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
     seeds = _load_seeds(seed_paths)
     score_columns = [column for column in SCORE_COLUMNS if column in seeds[0].columns]
     num_samples, num_problems = len(seeds), seeds[0].height
-    answers = answer_codes(pl.concat([seed["predicted_answer"] for seed in seeds]))
+    answers = answer_codes(pl.concat([vote_keys(seed) for seed in seeds]))
     metrics = metrics_from_arrays(
         answers=answers.reshape(num_samples, num_problems),
         tokens=np.stack([seed["num_generated_tokens"].to_numpy() for seed in seeds]),
@@ -60,8 +64,23 @@ def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
     return {benchmark: metrics}
 
 
+def vote_keys(seed: pl.DataFrame) -> pl.Series:
+    """What majority@k votes on, one value per row (null: no answer, no vote): the predicted answer; for rows
+    judged by running their programs (code benchmarks), what the program did: ``passed``, or how it failed
+    (its status and error: the case it failed and the output it printed, or its last error line). Programs
+    rarely match as text; programs that behave alike on the benchmark's inputs vote together, as AlphaCode
+    clusters its samples by their outputs."""
+    if EXECUTION_STATUS not in seed.columns:
+        return seed["predicted_answer"]
+    behaviour = pl.concat_str([seed[EXECUTION_STATUS], seed[EXECUTION_ERROR].fill_null("")], separator=": ")
+    return pl.select(
+        pl.when(seed["predicted_answer"].is_null()).then(None).otherwise(behaviour).alias("vote")
+    ).to_series()
+
+
 def _load_seeds(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
-    """Per seed file, in order: ``predicted_answer``, ``num_generated_tokens`` and the score columns.
+    """Per seed file, in order: ``predicted_answer``, ``num_generated_tokens``, the score columns, and where the
+    first row has them ``finish_reason`` and the execution fields.
 
     Files are parsed by polars, reading only the fields the metrics need. Anything unusual (a malformed
     line, a missing or null field, a non-boolean score, an empty file) sends all files through the
@@ -102,15 +121,18 @@ def _read_seed_fast(path: str | Path) -> pl.DataFrame | None:
             "num_generated_tokens": pl.Int64,
             **dict.fromkeys(scores, pl.Boolean),
             **({FINISH_REASON: pl.String} if FINISH_REASON in first else {}),
+            **(dict.fromkeys((EXECUTION_STATUS, EXECUTION_ERROR), pl.String) if EXECUTION_STATUS in first else {}),
         }
         frame = pl.read_ndjson(_polars_source(path), schema=schema)
-        # a field missing from a row reads as null: only predicted_answer may legitimately be null
-        if frame.height == 0 or any(frame[column].null_count() for column in schema if column != "predicted_answer"):
+        # a field missing from a row reads as null: only the nullable fields may legitimately be null
+        if frame.height == 0 or any(frame[column].null_count() for column in schema if column not in NULLABLE_FIELDS):
             return None
-        # a null answer may also be a missing key: count the keys (one per row; nested ones make it
-        # more, and then the per-row reader decides)
-        if frame["predicted_answer"].null_count() and _count_in_file(path, b'"predicted_answer"') != frame.height:
-            return None
+        # a null there may also be a missing key: count the keys (one per row; nested ones make it more, and
+        # then the per-row reader decides)
+        for column in NULLABLE_FIELDS:
+            nulls = column in schema and frame[column].null_count()
+            if nulls and _count_in_file(path, f'"{column}"'.encode()) != frame.height:
+                return None
     except Exception:  # whatever polars rejects, the per-row reader explains
         return None
     return frame
@@ -161,8 +183,9 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
         if not rows:
             raise SnakeskillsError(f"{path}: judged file is empty")
         scores = [score for score in SCORE_COLUMNS if score in rows[0]]
+        execution = [EXECUTION_STATUS, EXECUTION_ERROR] if EXECUTION_STATUS in rows[0] else []
         for line_number, row in enumerate(rows, start=1):
-            for field in (*REQUIRED_FIELDS, *scores):
+            for field in (*REQUIRED_FIELDS, *scores, *execution):
                 if field not in row:
                     raise SnakeskillsError(f"{path}:{line_number}: judged row lacks field {field!r}")
         ids = [row["id"] for row in rows]
@@ -185,10 +208,16 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
                 if not isinstance(row.get(FINISH_REASON), str):
                     raise SnakeskillsError(f"{path}:{line_number}: judged row lacks a string field 'finish_reason'")
             columns[FINISH_REASON] = [row[FINISH_REASON] for row in rows]
+        for field in execution:
+            columns[field] = [None if row[field] is None else str(row[field]) for row in rows]
         seeds.append(
             pl.DataFrame(
                 columns,
-                schema_overrides={"predicted_answer": pl.String, "num_generated_tokens": pl.Int64},
+                schema_overrides={
+                    "predicted_answer": pl.String,
+                    "num_generated_tokens": pl.Int64,
+                    **dict.fromkeys(execution, pl.String),
+                },
             )
         )
     _check_same_scores(seed_paths, seeds)
@@ -197,10 +226,11 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
 
 def _check_same_scores(seed_paths: list[str | Path], seeds: list[pl.DataFrame]) -> None:
     for path, seed in zip(seed_paths, seeds, strict=True):
-        if (FINISH_REASON in seed.columns) != (FINISH_REASON in seeds[0].columns):
-            has = "has" if FINISH_REASON in seed.columns else "lacks"
-            other = "lacks" if FINISH_REASON in seed.columns else "has"
-            raise SnakeskillsError(f"{path}: {has} finish_reason but {seed_paths[0]} {other} it")
+        for field in (FINISH_REASON, EXECUTION_STATUS):
+            if (field in seed.columns) != (field in seeds[0].columns):
+                has = "has" if field in seed.columns else "lacks"
+                other = "lacks" if field in seed.columns else "has"
+                raise SnakeskillsError(f"{path}: {has} {field} but {seed_paths[0]} {other} it")
         if seed.columns != seeds[0].columns:
             have = [column for column in SCORE_COLUMNS if column in seed.columns]
             first = [column for column in SCORE_COLUMNS if column in seeds[0].columns]

@@ -618,3 +618,74 @@ def test_a_seed_file_without_finish_reason_is_named(tmp_path):
     )
     with pytest.raises(SnakeskillsError, match="lacks finish_reason"):
         summarize_benchmark("bench", paths)
+
+
+# ---------------------------------------------------------------- code rows: majority@k votes on behaviour
+
+
+def code_row(problem: str, program: str | None, status: str, error: str | None = None) -> dict:
+    return {
+        "id": problem,
+        "predicted_answer": program,
+        "symbolic_correct": status == "passed",
+        "num_generated_tokens": 20,
+        "execution_status": status,
+        "execution_error": error,
+    }
+
+
+WRONG_FIVE = "case 2 of 3: wrong output (expected '6', got '5')"
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_programs_vote_on_what_they_did_not_on_their_text(tmp_path, monkeypatch, per_row):
+    """Programs all different as text: as text each is its own answer, and a three-way tie scores the mean (1/3
+    for p0, 2/3 for p1). By behaviour, p0's two programs printing the same wrong output outvote the passing one,
+    and p1's two passing programs outvote the crash; a sample without code does not vote."""
+    problems = {
+        "p0": [
+            code_row("p0", "print(int(input()) + 1)", "passed"),
+            code_row("p0", "print(5)", "failed", WRONG_FIVE),
+            code_row("p0", "x = 5\nprint(x)", "failed", WRONG_FIVE),
+            code_row("p0", None, "no code"),
+        ],
+        "p1": [
+            code_row("p1", "print(sum(map(int, input().split())))", "passed"),
+            code_row("p1", "print(int(input()))", "failed", "case 1 of 2: ValueError: invalid literal for int()"),
+            code_row("p1", "a, b = map(int, input().split())\nprint(a + b)", "passed"),
+            code_row("p1", None, "no code"),
+        ],
+    }
+    if per_row:
+        monkeypatch.setattr(summarize, "_read_seed_fast", lambda path: None)
+    majority = {}
+    for name, samples in problems.items():
+        paths = write_seed_files(tmp_path / name, [samples])
+        assert per_row or all(summarize._read_seed_fast(path) is not None for path in paths)
+        metrics = summarize_benchmark("bench", paths)["bench"]
+        assert metrics["majority@4"] == metrics["majority@3"]  # no code casts no vote
+        majority[name] = metrics["majority@3"]["symbolic_correct"]
+        assert_same_metrics(summarize_benchmark("bench", paths), reference_summarize("bench", paths))
+    assert majority == {"p0": 0.0, "p1": 100.0}
+
+
+def test_code_rows_match_the_reference_and_a_seed_without_execution_fields_is_named(tmp_path):
+    rng = random.Random(8)
+    errors = [None, WRONG_FIVE, "case 1 of 3: ran past 1 s", "AssertionError"]
+    problems = random_problems(rng, 30, 4, judge=False)
+    for samples in problems:
+        for sample in samples:
+            status = rng.choice(["passed", "failed", "timed out"]) if sample["predicted_answer"] else "no code"
+            sample.update(
+                execution_status=status,
+                execution_error=None if status in ("passed", "no code") else rng.choice(errors[1:]),
+                symbolic_correct=status == "passed",
+            )
+    paths = write_seed_files(tmp_path / "all", problems)
+    assert_same_metrics(summarize_benchmark("bench", paths), reference_summarize("bench", paths))
+    rows = [json.loads(line) for line in paths[2].read_text().splitlines()]
+    paths[2].write_text(
+        "".join(json.dumps({k: v for k, v in row.items() if not k.startswith("execution_")}) + "\n" for row in rows)
+    )
+    with pytest.raises(SnakeskillsError, match="output-rs2.jsonl: lacks execution_status but .* has it"):
+        summarize_benchmark("bench", paths)
