@@ -1,11 +1,12 @@
-"""transformers backend: batched decoding of left-padded prompts on CPU or CUDA, LoRA adapters via peft.
+"""transformers backend: batched decoding of padded prompts on CPU or CUDA, LoRA adapters via peft.
 
 The backend runs its own decoding loop over a transformers model and its KV cache rather than
 ``model.generate``: prompts are batched longest first, the tokens that open every prompt of a batch go through
-the model once (``HFBackend.batch_layout``), and rows that finished (EOS or a stop string) leave the batch. Each row's token is drawn by ``draw_tokens``: Gumbel noise hashed from (row seed, step, token id)
-on the model's device is added to the (top-k/top-p filtered) logits and the argmax taken, an exact draw from
-the filtered softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a
-resumed or re-chunked run reproduces the same samples.
+the model once (``HFBackend.batch_layout``), and rows that finished (EOS or a stop string) leave the batch.
+Each row's token is drawn by ``draw_tokens``: Gumbel noise hashed from (row seed, step, token id) on the
+model's device is added to the (top-k/top-p filtered) logits and the argmax taken, an exact draw from the
+filtered softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a resumed
+or re-chunked run reproduces the same samples.
 """
 
 from __future__ import annotations
