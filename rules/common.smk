@@ -14,6 +14,7 @@ from snakeskills.plan import (
     Plan,
     benchmark_judge,
     check_config,
+    check_devices,
     check_model_paths,
     check_results_dir,
     is_code_benchmark,
@@ -39,8 +40,12 @@ check_results_dir(RESULTS.absolute())
 
 def gpus_available():
     """Whether jobs run where there are GPUs: this node's, or a cluster's (a SLURM submit host, or any
-    non-local executor, which Snakemake names only once jobs are built)."""
-    return GPU_NODES or workflow.non_local_exec
+    non-local executor, which Snakemake names only once jobs are built). Where they do not, a config key that
+    names a GPU device stops the plan (check_devices)."""
+    available = GPU_NODES or workflow.non_local_exec
+    if not available:
+        check_devices(config)
+    return available
 
 
 # Path patterns: every file the workflow writes, built from wildcards only (snakeskills.plan.Layout), under

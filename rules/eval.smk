@@ -2,6 +2,7 @@ rule eval:
     input:
         metrics=eval_metrics_files,
         funnel=PLAN.synthesis_funnel_tables(),
+        built_models=PLAN.base_model_inputs(),
     output:
         summary=SUMMARY,
         table=SUMMARY_TABLE,

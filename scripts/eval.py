@@ -6,6 +6,7 @@ with script_logging(snakemake.log[0]) as logger:
         runs=snakemake.params.runs,
         metrics_paths=list(snakemake.input.metrics),
         funnel_paths=list(snakemake.input.funnel),
+        built_models=list(snakemake.input.built_models),
         base_model=snakemake.params.base_model,
         teacher=snakemake.params.teacher,
         summary_path=snakemake.output.summary,

@@ -554,6 +554,23 @@ def training_gpus(config: dict, gpus_available: bool) -> int:
     return 1 if gpus_available else 0
 
 
+def check_devices(config: dict) -> None:
+    """For a run whose jobs have no GPU (a local run on a machine without one): the first config key that names a
+    GPU device (an hf section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every
+    job it decides could only fail once it runs."""
+    for key, section in generation_sections(config).items():
+        if section["backend"] == "hf" and section["device"].startswith("cuda"):
+            raise SnakeskillsError(
+                f"config key {key}.device is {section['device']!r}, but this machine has no GPU and the run is "
+                "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs"
+            )
+    if config["sft"]["gpus"]:
+        raise SnakeskillsError(
+            f"config key sft.gpus is {config['sft']['gpus']}, but this machine has no GPU and the run is local "
+            "(no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs"
+        )
+
+
 def training_processes(config: dict, gpus_available: bool) -> int:
     """Training processes of the sft job: sft.processes, else one per GPU it has (one on CPU)."""
     return config["sft"]["processes"] or max(training_gpus(config, gpus_available), 1)

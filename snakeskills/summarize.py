@@ -287,13 +287,23 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
 
 
 def write_comparison(
-    *, runs, metrics_paths, funnel_paths=(), base_model: str, teacher: str | None, summary_path, table_path
+    *,
+    runs,
+    metrics_paths,
+    funnel_paths=(),
+    built_models=(),
+    base_model: str,
+    teacher: str | None,
+    summary_path,
+    table_path,
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``; the table ends
-    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems)."""
+    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and, for each built
+    tiny model (``built_models``: checkpoint folders) whose bootstrap missed its target, a line saying so."""
     from pathlib import Path
 
     from snakeskills.io import read_json, write_json, write_text
+    from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     summary: dict[str, dict] = {}
     for (model, benchmark), path in zip(runs, metrics_paths, strict=True):
@@ -304,6 +314,10 @@ def write_comparison(
     table = format_comparison(summary, base_model, teacher)
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")
+    for folder in built_models:
+        miss = bootstrap_miss(read_json(Path(folder) / BOOTSTRAP_METRICS_FILE))
+        if miss:
+            table += f"\n{miss} ({folder})\n"
     write_json(summary_path, summary)
     write_text(table_path, table)
     return table

@@ -13,6 +13,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
+# written beside the built checkpoint: the bootstrap's training metrics, validation history and target
+BOOTSTRAP_METRICS_FILE = "bootstrap_metrics.json"
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
 # a minimal chat format ("<s>U: ...\nA: "), so prompt.chat_template: true works with the tiny model too; like
@@ -171,13 +173,39 @@ def build_and_bootstrap(
         [v["expected_answer"] for v in validation],
         max_new_tokens,
     )
+    metrics["stop_at_accuracy"] = stop_at_accuracy
+    metrics["reached_target"] = metrics["final_validation_accuracy"] >= stop_at_accuracy
+    if metrics["reached_target"]:
+        logger.info(
+            "bootstrap reached its target: greedy validation accuracy %.3f >= tiny_model.stop_at_accuracy %g "
+            "after %d steps",
+            metrics["final_validation_accuracy"],
+            stop_at_accuracy,
+            metrics["global_step"],
+        )
+    else:
+        logger.warning("%s", bootstrap_miss(metrics))
 
     def finish(staging):
         tokenizer.save_pretrained(staging)
-        write_json(staging / "bootstrap_metrics.json", metrics)
+        write_json(staging / BOOTSTRAP_METRICS_FILE, metrics)
 
     save_trained(trainer, output_dir, finish)
     return metrics
+
+
+def bootstrap_miss(metrics: dict) -> str | None:
+    """One line saying that a bootstrap ended below its target (what it reached, what was asked, what to change),
+    from its metrics (``BOOTSTRAP_METRICS_FILE``); ``None`` when it reached the target."""
+    if metrics.get("reached_target", True):  # a checkpoint built before targets were recorded says nothing
+        return None
+    return (
+        f"warning: the tiny model's bootstrap missed its target: greedy validation accuracy "
+        f"{metrics['final_validation_accuracy']:.3f} after all {metrics['global_step']} steps "
+        f"({metrics['num_examples']} bootstrap problems), tiny_model.stop_at_accuracy asks "
+        f"{metrics['stop_at_accuracy']:g}; the base model is weaker than intended: give the bootstrap split more "
+        "problems, raise tiny_model.training.num_epochs, or lower tiny_model.stop_at_accuracy"
+    )
 
 
 def greedy_accuracy(model, tokenizer, prompts: list[list[int]], expected: list[str], max_new_tokens: int) -> float:

@@ -12,6 +12,23 @@ from collections.abc import Iterator
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json
 
+# The environment that makes torch, MKL and oneDNN use one CPU's kernels: float rounding differs between them, so
+# a training run follows another trajectory on each (tests and bench/demo_kernels.py run the default under each).
+# "native" leaves the machine's own choice; "avx2" is what an AVX2-only CPU runs; "generic" the plain kernels.
+CPU_KERNELS = {
+    "native": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "generic": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+
+
+def machine_cpu_kernels() -> str:
+    """The kernels torch picks on this machine by itself: "avx512", "avx2" or "generic" (CPU_KERNELS's names)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return {"default": "generic"}.get(capability, capability if capability in ("avx2", "avx512") else "generic")
+
 
 def quiet_libraries() -> None:
     """Keep a job's log readable: no progress bars (carriage-return lines in a file) from datasets and

@@ -83,7 +83,7 @@ def test_a_failing_process_fails_the_job_with_its_log(tiny_checkpoint, tmp_path)
 
 @pytest.mark.slow
 def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
-    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "ddp"
     config["generation"]["device"] = "cpu"
     config["sft"]["processes"] = 2

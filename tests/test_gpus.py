@@ -132,7 +132,7 @@ def test_more_gpus_than_the_node_has_is_an_error(monkeypatch, tmp_path):
 
 def small_config(workdir: Path) -> Path:
     """The tiny default, shrunk: 2 seeds of 1 chunk, on device auto (so its GPU jobs declare gpu=1)."""
-    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 400, "test": 200})
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 400, "test": 200})
     config["experiment"] = "gpus"
     config["generation"]["device"] = "auto"
     return write_config(workdir / "config.yaml", config)

@@ -20,6 +20,7 @@ from snakeskills.plan import (
     Layout,
     Plan,
     check_config,
+    check_devices,
     check_model_paths,
     check_results_dir,
     prepare_config,
@@ -177,6 +178,44 @@ def test_mistakes_that_cost_nothing_to_find_stop_the_plan(mutate, message):
     with pytest.raises(SnakeskillsError) as error:
         checked(mutate)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda config: config["generation"].update(device="cuda"), "config key generation.device is 'cuda'"),
+        (lambda config: config["generation"].update(device="cuda:1"), "config key generation.device is 'cuda:1'"),
+        (
+            lambda config: config.update(
+                judge={
+                    **config["judge"],
+                    "llm": {**teacher_section(), "generation": {**config["generation"], "device": "cuda"}},
+                }
+            ),
+            "config key judge.llm.generation.device is 'cuda'",
+        ),
+        (lambda config: config["sft"].update(gpus=2), "config key sft.gpus is 2"),
+    ],
+    ids=["cuda", "cuda-index", "llm-judge-cuda", "sft-gpus"],
+)
+def test_a_gpu_device_stops_a_local_plan_on_a_machine_without_gpus(mutate, message):
+    """What a local run on a machine without GPUs cannot do is a plan-time error (rules/common.smk calls
+    check_devices where jobs have no GPU), not a job that fails later; the same keys pass where jobs have GPUs."""
+    config = copy.deepcopy(DEFAULT)
+    mutate(config)
+    prepare_config(config)
+    with pytest.raises(SnakeskillsError, match="this machine has no GPU and the run is local") as error:
+        check_devices(config)
+    assert message in str(error.value)
+
+
+def test_devices_a_machine_without_gpus_runs():
+    for device in ("auto", "cpu"):
+        config = copy.deepcopy(DEFAULT)
+        config["generation"]["device"] = device
+        config["sft"]["gpus"] = 0
+        prepare_config(config)
+        check_devices(config)
 
 
 @pytest.mark.parametrize(

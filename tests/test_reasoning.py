@@ -178,7 +178,7 @@ def thinking_run(tmp_path_factory):
     """The tiny default bootstrapped on ``<think>{answer}</think>\\boxed{answer}``: it thinks (finds the sum)
     before it answers (restates it), as a reasoning model does; generated with parse_reasoning, tuned one round."""
     workdir = tmp_path_factory.mktemp("thinking")
-    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "thinking"
     config["tiny_model"]["completion"] = "<think>{expected_answer}</think>\\boxed{{{expected_answer}}}"
     config["tiny_model"]["training"]["max_length"] = 48

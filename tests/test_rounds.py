@@ -36,7 +36,7 @@ def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", met
 
     sft.method full drops the LoRA settings (a full fine-tune needs none) and lowers the learning rate.
     """
-    config = shrunk_default_config({"bootstrap": 500, "validation": 200, "train": 1000, "test": 200})
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "rounds"
     config["rounds"] = rounds
     config["sft"].update(rounds_data=rounds_data, init=init, method=method)

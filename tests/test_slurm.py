@@ -60,7 +60,7 @@ def layered_profile(folder: Path) -> Path:
 
 def small_config(path: Path) -> Path:
     """The embedded default, smaller: 2 seeds x 1 chunk, a few hundred problems, one short SFT epoch."""
-    config = shrunk_default_config({"bootstrap": 500, "validation": 100, "train": 300, "test": 100})
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 100, "train": 300, "test": 100})
     config["tiny_model"]["stop_at_accuracy"] = 0.3
     config["sft"]["training"]["num_epochs"] = 1
     return write_config(path, config)

@@ -29,7 +29,7 @@ RESULTS = "results/teacher"
 
 
 def teacher_config(tmp_path, *, rounds=2, rounds_data="replace", name="config.yaml", split_sizes=None, **teacher):
-    config = shrunk_default_config(split_sizes or {"bootstrap": 500, "validation": 100, "train": 200, "test": 96})
+    config = shrunk_default_config(split_sizes or {"bootstrap": 4800, "validation": 100, "train": 200, "test": 96})
     config["experiment"] = "teacher"
     config["rounds"] = rounds
     config["sft"]["rounds_data"] = rounds_data
@@ -112,7 +112,7 @@ def teacher_run(tmp_path_factory, arithmetic_teacher):
             base_url=server.base_url,
             model=str(served),
             max_concurrency=8,
-            split_sizes={"bootstrap": 500, "validation": 100, "train": 320, "test": 96},
+            split_sizes={"bootstrap": 4800, "validation": 100, "train": 320, "test": 96},
             train_num_seeds=1,
         )
         config = yaml.safe_load(configfile.read_text())

@@ -4,9 +4,11 @@ model (char tokenizer, Llama architecture, sdpa attention)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from conftest import sft_training_rows
+from conftest import resolved_prompt, sft_training_rows
 
 from snakeskills.tiny_model import build_char_tokenizer
 
@@ -50,8 +52,6 @@ def test_accumulation_keeps_batch_size_the_examples_per_optimizer_step(tiny_chec
 
 def test_training_log_has_steps_loss_rate_and_total_time(tiny_checkpoint, examples, tmp_path, caplog):
     """The job's log (logging, where script_logging sends it), not the console, gets TRL's loss lines."""
-    import re
-
     _, trainer = sft_training_rows(tiny_checkpoint, examples, tmp_path, max_length=32, batch_size=1)
     trainer.args.logging_steps = 4
     with caplog.at_level("INFO", logger="snakeskills.training"):
@@ -62,3 +62,62 @@ def test_training_log_has_steps_loss_rate_and_total_time(tiny_checkpoint, exampl
     pattern = r"^step 4/8, loss \d+\.\d{4}, learning rate [\d.e-]+, [\d.]+ examples/s, elapsed \d+s, ETA \d+s$"
     assert re.match(pattern, steps[0]), steps[0]
     assert lines[-1].startswith("training done: 8 steps in "), lines
+
+
+def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_path, caplog):
+    """A real bootstrap far too short to reach its target (2 steps, 100 % asked): one warning line in the job's log
+    names what it reached, what tiny_model.stop_at_accuracy asked and what to change, and the eval comparison ends
+    with the same line; a bootstrap that reached its target adds nothing."""
+    from conftest import default_section
+
+    from snakeskills.data.synthetic import arithmetic_splits
+    from snakeskills.io import read_json, write_json
+    from snakeskills.summarize import write_comparison
+    from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, build_and_bootstrap
+
+    splits = arithmetic_splits(
+        operations=["+"], max_operand=99, split_sizes={"bootstrap": 64, "validation": 20}, seed=0
+    )
+    tiny = default_section("tiny_model")
+    with caplog.at_level("INFO", logger="snakeskills.tiny_model"):
+        metrics = build_and_bootstrap(
+            bootstrap_records=splits["bootstrap"],
+            validation_records=splits["validation"],
+            prompt_config=resolved_prompt(user="{problem}="),
+            completion_template=tiny["completion"],
+            output_dir=tmp_path / "base",
+            architecture={**tiny["architecture"], "hidden_size": 32},
+            training={**tiny["training"], "num_epochs": 1, "warmup_steps": 0},
+            stop_at_accuracy=1.0,
+            check_every_steps=1,
+            seed=0,
+            threads=1,
+        )
+    assert not metrics["reached_target"] and metrics["global_step"] == 2
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and re.fullmatch(
+        r"warning: the tiny model's bootstrap missed its target: greedy validation accuracy 0\.\d{3} after all 2 "
+        r"steps \(64 bootstrap problems\), tiny_model\.stop_at_accuracy asks 1; .* lower tiny_model\.stop_at_accuracy",
+        warnings[0],
+    ), warnings
+    assert read_json(tmp_path / "base" / BOOTSTRAP_METRICS_FILE)["reached_target"] is False
+
+    mode = {"num_entries": 20, "symbolic_correct": 10.0}
+    metrics_paths = []
+    for model in ("base", "round1"):
+        metrics_paths.append(tmp_path / f"{model}.json")
+        write_json(metrics_paths[-1], {"add": {"pass@1[avg-of-2]": mode, "majority@2": mode, "pass@2": mode}})
+    comparison = {
+        "runs": [("base", "add"), ("round1", "add")],
+        "metrics_paths": metrics_paths,
+        "base_model": "base",
+        "teacher": None,
+        "summary_path": tmp_path / "summary.json",
+        "table_path": tmp_path / "summary.txt",
+    }
+    table = write_comparison(**comparison, built_models=[tmp_path / "base"])
+    assert table.rstrip().splitlines()[-1] == f"{warnings[0]} ({tmp_path / 'base'})"
+    reached = tmp_path / "reached"
+    reached.mkdir()
+    write_json(reached / BOOTSTRAP_METRICS_FILE, {**metrics, "reached_target": True})
+    assert "missed" not in write_comparison(**comparison, built_models=[reached])
