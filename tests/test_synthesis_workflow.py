@@ -44,7 +44,7 @@ WRITER_PROMPT = (
 def synthesis_config(workdir: Path, smollm2: Path, teacher: Path) -> Path:
     config = shrunk_default_config({"bootstrap": 4800, "validation": 100, "train": 320, "test": 96})
     config["experiment"] = "synthesis"
-    config["tiny_model"]["stop_at_accuracy"] = 0.25  # a weak student, as in the teacher test
+    config["sft"]["training"]["num_epochs"] = 40  # about 150 labelled problems: more epochs, as in the teacher test
     config["teacher"] = {
         "model": {"path": str(teacher)},
         "prompt": {"user": "{problem}=", "chat_template": True},
