@@ -116,8 +116,9 @@ def teacher_run(tmp_path_factory, arithmetic_teacher):
             train_num_seeds=1,
         )
         config = yaml.safe_load(configfile.read_text())
-        # the teacher's few hundred answers are a tenth of what the default's student learns from: more epochs
-        # over them (a student bootstrapped to 0.25 and trained 10 epochs gained +5.21 on an AVX2 CPU, 40: +11.98)
+        # the teacher's few hundred answers are a tenth of what the default's student learns from: more epochs over
+        # them. On an AVX2 CPU: a student bootstrapped to 0.25, 10 epochs: +5.21; 40 epochs: +11.98; the default's
+        # student (0.5), 40 epochs: 21.35 % -> 38.02 % (+16.67)
         config["sft"]["training"]["num_epochs"] = 40
         write_config(configfile, config)
         process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
