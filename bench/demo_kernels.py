@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE
 from snakeskills.workflow import CPU_KERNELS, machine_cpu_kernels, snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def demo_run(seed: int, kernels: str, cores: str) -> dict:
         if process.returncode != 0:
             sys.exit(f"seed {seed}, {kernels} kernels: snakemake failed:\n{process.stderr[-3000:]}")
         summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
-        bootstrap = json.loads((workdir / RESULTS / "models/base/checkpoint/bootstrap_metrics.json").read_text())
+        bootstrap = json.loads((workdir / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     base = summary["base"]["arithmetic"][MODE]["symbolic_correct"]
     tuned = summary["round1"]["arithmetic"][MODE]["symbolic_correct"]
     return {

@@ -16,6 +16,7 @@ import sys
 import pytest
 from conftest import run_snakemake
 
+from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE
 from snakeskills.workflow import CPU_KERNELS
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def test_the_default_gains_as_promised_with_another_cpus_kernels(tmp_path):
     kernels = other_kernels()
     process = run_snakemake(tmp_path, "--cores", "2", env={**os.environ, **CPU_KERNELS[kernels]})
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
-    bootstrap = json.loads((tmp_path / RESULTS / "models/base/checkpoint/bootstrap_metrics.json").read_text())
+    bootstrap = json.loads((tmp_path / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     summary = json.loads((tmp_path / RESULTS / "eval/summary.json").read_text())
     base = summary["base"]["arithmetic"][MODE]["symbolic_correct"]
     tuned = summary["round1"]["arithmetic"][MODE]["symbolic_correct"]

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, dry_run_counts, run_snakemake, write_config
 
+from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE
+
 pytestmark = pytest.mark.slow
 
 RESULTS = "results/tiny-arithmetic"
@@ -27,7 +29,7 @@ def test_tuned_model_beats_base_on_held_out_problems(finished_run):
     base = summary["base"]["arithmetic"]["pass@1[avg-of-4]"]
     tuned = summary["round1"]["arithmetic"]["pass@1[avg-of-4]"]
     assert base["num_entries"] == tuned["num_entries"] == 500
-    bootstrap = json.loads((finished_run / RESULTS / "models/base/checkpoint/bootstrap_metrics.json").read_text())
+    bootstrap = json.loads((finished_run / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     assert bootstrap["reached_target"], bootstrap["validation_history"]
     assert 0 < base["symbolic_correct"] < 65, "the bootstrap should leave the base model with modest skill"
     assert tuned["symbolic_correct"] - base["symbolic_correct"] >= 30
