@@ -97,7 +97,8 @@ def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
     stats = json.loads((results / "sft/round1/stats.json").read_text())
     # training.batch_size 32 stays the examples per optimizer step: 16 per process
     steps_per_epoch = -(-stats["kept"] // 32)
-    assert metrics["processes"] == 2 and metrics["global_step"] == steps_per_epoch * 5
+    epochs = config["sft"]["training"]["num_epochs"]
+    assert metrics["processes"] == 2 and metrics["global_step"] == steps_per_epoch * epochs
     summary = json.loads((results / "eval/summary.json").read_text())
     accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
     assert accuracy["round1"] >= accuracy["base"] + 10, accuracy

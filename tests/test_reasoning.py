@@ -200,13 +200,17 @@ def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text
         assert "</think>" not in row["generation"]
         if not end:
             assert row["predicted_answer"] is None and not row["symbolic_correct"]
-    assert all(row["_full_generation"].startswith("<think>") for row in finished)
-    sft = read_jsonl(thinking_run / "sft/round1/data.jsonl")
-    assert sft and all(
-        record["messages"][-1]["content"].startswith("<think>")
-        and "</think>\\boxed{" in record["messages"][-1]["content"]
-        for record in sft
-    )
+    # sampled at temperature 1, the character-level model now and then garbles a letter of its opening tag
+    opened = sum(row["_full_generation"].startswith("<think>") for row in finished)
+    assert opened >= 0.95 * len(finished), (opened, len(finished))
+    sft = [record["messages"][-1]["content"] for record in read_jsonl(thinking_run / "sft/round1/data.jsonl")]
+    whole_texts = {
+        row["_full_generation"]
+        for path in (thinking_run / "judge/base/arithmetic/train").glob("output-rs*.jsonl")
+        for row in read_jsonl(path)
+    }
+    assert sft and all(text in whole_texts and "</think>\\boxed{" in text for text in sft), "the whole text"
+    assert sum(text.startswith("<think>") for text in sft) >= 0.95 * len(sft)
     tuned = read_jsonl(thinking_run / "judge/round1/arithmetic/test/output-rs0.jsonl")
     assert sum(row["_generation_finished_thinking"] for row in tuned) > 0.9 * len(tuned)  # it still thinks
     summary = json.loads((thinking_run / "eval/summary.json").read_text())

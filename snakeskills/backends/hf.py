@@ -44,7 +44,12 @@ def load_model_and_tokenizer(
 
     tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     model = load_model(
-        model_path, dtype=dtype, policy=INFERENCE, trust_remote_code=trust_remote_code, adapter_path=adapter_path
+        model_path,
+        dtype=dtype,
+        policy=INFERENCE,
+        trust_remote_code=trust_remote_code,
+        adapter_path=adapter_path,
+        on_gpu=device.startswith("cuda"),
     )
     model.to(device)
     model.eval()
