@@ -4,10 +4,10 @@ checkpoints here, each under a named dtype policy, so ``model.dtype`` means the 
 Dtype policies (``model.dtype``: auto, float32, float16, bfloat16):
 
 - ``INFERENCE`` (generation, the model server): ``model.dtype``; auto is the checkpoint's own dtype on a GPU and
-  float32 on a CPU: a CPU without native bf16 instructions (AVX2, most AVX-512) emulates bf16 matrix products,
-  and SmolLM2-135M's bf16 checkpoint sampled 3.3 times slower in bf16 than in float32 on a 2-core AVX2 machine
-  (a batch of 64 few-shot prompts, 1 thread: 29.8 s against 9.0 s). float32 also gives every CPU the same
-  arithmetic up to its kernels' order of summation.
+  on a CPU with bf16 instructions (AVX512_BF16 or AMX, ``cpu_has_native_bf16``), float32 on other CPUs. Those
+  emulate bf16 matrix products: SmolLM2-135M's bf16 checkpoint sampled 3.3 times slower in bf16 than in float32
+  on a 2-core AVX2 machine (a batch of 64 few-shot prompts, 1 thread: 29.8 s against 9.0 s), while a CPU with
+  AVX512_BF16 ran bf16 about twice as fast as float32 (BENCHMARKS.md, "HF generation").
 - ``FROZEN_BASE`` (the base model under a LoRA being trained): ``model.dtype``; auto is float32 on a CPU (bf16
   matrix products there are several times slower, bench/sft.py) and bfloat16 on a GPU that supports it
   (half the memory; the Trainer then computes in bf16 mixed precision), float32 on one that does not.
@@ -34,6 +34,14 @@ def gpu_supports_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512_BF16 or AMX); torch emulates bf16 on others."""
+    import torch
+
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, check, lambda: False)() for check in checks)
+
+
 def load_dtype(setting: str, policy: str, *, on_gpu: bool | None = None):
     """The dtype to load weights in under ``policy`` for ``model.dtype`` ``setting``: a torch dtype, or "auto"
     (the checkpoint's own). ``on_gpu``: whether training runs on a GPU (default: whether CUDA is present)."""
@@ -47,7 +55,7 @@ def load_dtype(setting: str, policy: str, *, on_gpu: bool | None = None):
         return getattr(torch, setting)
     on_gpu = torch.cuda.is_available() if on_gpu is None else on_gpu
     if policy == INFERENCE:
-        return "auto" if on_gpu else torch.float32
+        return "auto" if on_gpu or cpu_has_native_bf16() else torch.float32
     return torch.bfloat16 if on_gpu and gpu_supports_bf16() else torch.float32
 
 

@@ -314,6 +314,7 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
     from servers import TransformersServer
 
     from snakeskills.io import write_jsonl
+    from snakeskills.models import cpu_has_native_bf16
     from snakeskills.sft import train_sft
 
     prompt = chat_prompt(None, user="What is the code word of vault {problem}?", system="Answer with the code word.")
@@ -353,8 +354,9 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
 
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=12)
     tuned = hf_backend(str(output), device="cpu", dtype="auto", batch_size=8, threads=2)
-    # stored in bf16, generated in float32 on a CPU (model.dtype auto; snakeskills.models)
-    assert tuned.model.dtype == torch.float32 and not hasattr(tuned.model, "peft_config")
+    # stored in bf16, generated in float32 on a CPU without bf16 instructions (model.dtype auto; snakeskills.models)
+    generated_in = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    assert tuned.model.dtype == generated_in and not hasattr(tuned.model, "peft_config")
     requests = [build_request(tuned, prompt, {"problem": str(number)}, 0) for number in range(len(CODE_WORDS))]
     answers = [result.generation for result in tuned.generate(requests, sampling)]
     learned = sum(answer == f"The code word is {word}." for answer, word in zip(answers, CODE_WORDS, strict=True))

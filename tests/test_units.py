@@ -645,13 +645,17 @@ def test_prepare_split_numeric_expected_answer_becomes_its_string(tmp_path):
     assert [row["expected_answer"] for row in prepare_split("b", jsonl_spec(path), "test")] == ["2", "0.5"]
 
 
-def test_dtype_auto_generates_in_float32_on_a_cpu_and_in_the_checkpoints_dtype_on_a_gpu():
+def test_dtype_auto_generates_in_float32_on_a_cpu_without_bf16_instructions(monkeypatch):
     import torch
 
+    from snakeskills import models
     from snakeskills.models import FROZEN_BASE, INFERENCE, TRAINED_WEIGHTS, load_dtype
 
-    assert load_dtype("auto", INFERENCE, on_gpu=False) is torch.float32  # bf16 is emulated on most CPUs
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)  # AVX2, most AVX-512: bf16 is emulated
+    assert load_dtype("auto", INFERENCE, on_gpu=False) is torch.float32
     assert load_dtype("auto", INFERENCE, on_gpu=True) == "auto"  # the checkpoint's own
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)  # AVX512_BF16 or AMX
+    assert load_dtype("auto", INFERENCE, on_gpu=False) == "auto"
     assert load_dtype("bfloat16", INFERENCE, on_gpu=False) is torch.bfloat16  # asked for, so given
     assert load_dtype("auto", FROZEN_BASE, on_gpu=False) is torch.float32
     assert load_dtype("bfloat16", TRAINED_WEIGHTS, on_gpu=True) is torch.float32
