@@ -21,12 +21,18 @@ def free_port() -> int:
 class TransformersServer:
     """`transformers serve <checkpoint>` on a free localhost port; with ``continuous_batching``, the server batches
     the requests it has in flight (paged attention): 3.55x faster with 8 in flight, slower with 1
-    (bench/serve_batching.py)."""
+    (bench/serve_batching.py). It loads the checkpoint in the dtype our own hf backend generates in with
+    ``dtype: auto`` on this CPU (float32 where bf16 is emulated, snakeskills.models), as a user serving on a CPU
+    would ask with ``--dtype``."""
 
     def __init__(self, checkpoint, port=None, *, continuous_batching: bool = False):
+        from snakeskills.models import INFERENCE, load_dtype
+
         self.checkpoint = str(checkpoint)
         self.port = port or free_port()
         self.continuous_batching = continuous_batching
+        dtype = load_dtype("auto", INFERENCE, on_gpu=False)
+        self.dtype = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
         self.process = None
 
     @property
@@ -42,7 +48,7 @@ class TransformersServer:
                 executable,
                 "serve",
                 self.checkpoint,
-                *["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"],
+                *["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--dtype", self.dtype],
                 *(["--continuous-batching"] if self.continuous_batching else []),
             ],
             stdout=subprocess.DEVNULL,
