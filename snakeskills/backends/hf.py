@@ -333,10 +333,11 @@ class HFBackend:
             self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
         self._stop_criteria: dict[tuple[str, ...], object] = {}
         logger.info(
-            "loaded model %s%s on %s (context %s tokens)",
+            "loaded model %s%s on %s in %s (context %s tokens)",
             model_path,
             f" + adapter {adapter_path}" if adapter_path else "",
             self.device,
+            str(self.model.dtype).removeprefix("torch."),
             self.context_length,
         )
 
