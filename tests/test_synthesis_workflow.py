@@ -42,7 +42,9 @@ WRITER_PROMPT = (
 
 
 def synthesis_config(workdir: Path, smollm2: Path, teacher: Path) -> Path:
-    config = shrunk_default_config({"bootstrap": 4800, "validation": 100, "train": 320, "test": 96})
+    # 384 eval problems: the student's gain is measured to about a point (its two seeds' pass@1 differed by 0.5-1.1
+    # points), where 96 left it within 6
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 100, "train": 320, "test": 384})
     config["experiment"] = "synthesis"
     config["sft"]["training"]["num_epochs"] = 40  # about 150 labelled problems: more epochs, as in the teacher test
     config["teacher"] = {
@@ -161,7 +163,9 @@ def test_student_trained_on_synthesized_problems_only_gains(synthesis_run):
     workdir, _, _ = synthesis_run
     summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
     score = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
-    assert score["round1"] - score["base"] >= 10, score
+    # measured on a 2-core AVX2 machine: 26.17 -> 39.32 (+13.15); the training trajectory differs with the CPU's
+    # kernels (bench/demo_kernels.py), so the bar sits well below
+    assert score["round1"] - score["base"] >= 7, score
 
 
 def test_killed_while_labelling_resumes_to_the_same_labels(synthesis_run):
