@@ -31,8 +31,7 @@ class TransformersServer:
         self.checkpoint = str(checkpoint)
         self.port = port or free_port()
         self.continuous_batching = continuous_batching
-        dtype = load_dtype("auto", INFERENCE, on_gpu=False)
-        self.dtype = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+        self.dtype = str(load_dtype("auto", INFERENCE, on_gpu=False)).removeprefix("torch.")  # "auto" or "float32"
         self.process = None
 
     @property
