@@ -18,11 +18,23 @@ report: "report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/prepare_data.smk"
-include: "rules/model.smk"
+
+
+if config["model"]["build_tiny"]:
+
+    include: "rules/model.smk"
+
+
 include: "rules/generate.smk"
 include: "rules/judge.smk"
 include: "rules/summarize.smk"
-include: "rules/synthesis.smk"
+
+
+if SYNTHESIS is not None:
+
+    include: "rules/synthesis.smk"
+
+
 include: "rules/sft.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
@@ -40,13 +52,11 @@ localrules:
     plot_pass_at_k,
     plot_generation_lengths,
     plot_sft_examples,
-    synthesis_funnel,
-    plot_synthesis_funnel,
 
 
 rule all:
     input:
-        all_targets(),
+        PLAN.targets(),
     default_target: True
 
 

@@ -64,7 +64,7 @@ def train_one(variant: str, data: str, epochs: float, batch_size: int, device: s
     """One training run in this process; returns its figures."""
     import torch
 
-    from snakeskills.plan import default_config
+    from snakeskills.plan.config import default_config
     from snakeskills.pretrained import packaged_model_folder
     from snakeskills.sft import train_sft
     from snakeskills.training import tokenize_prompt_completion

@@ -1,15 +1,15 @@
 rule eval:
     input:
-        metrics=eval_metrics_files,
-        funnel=PLAN.synthesis_funnel_tables(),
+        metrics=PLAN.eval_metrics_files(),
+        funnel=PLAN.funnel_tables(),
         built_models=PLAN.base_model_inputs(),
     output:
-        summary=SUMMARY,
-        table=SUMMARY_TABLE,
+        summary=LAYOUT.summary,
+        table=LAYOUT.summary_table,
     params:
         runs=PLAN.eval_runs(),
-        base_model=BASE_MODEL,
-        teacher=EVALUATED_TEACHER,
+        base_model=PLAN.base_model,
+        teacher=PLAN.evaluated_teacher,
     log:
         LOGS / "eval/summary.log",
     conda:

@@ -1,16 +1,12 @@
+# The settings a model's generate jobs on one split read (snakeskills.plan.run.Plan.generation_settings).
 rule generation_settings:
     input:
-        split=PREPARED,
+        split=LAYOUT.prepared,
         model=generation_model_inputs,
     output:
-        GENERATION_SETTINGS,
+        LAYOUT.generation_settings,
     params:
-        split=lambda wildcards, input: input.split,
-        model=generation_model_config,
-        model_path=generation_model_path,
-        adapter_path=generation_adapter_path,
-        generation=generation_config,
-        prompt=generation_prompt,
+        settings=generation_settings,
     log:
         LOGS / "settings/generate/{model}/{benchmark}/{split}.log",
     conda:
@@ -24,9 +20,9 @@ rule generation_settings:
 # on both; the command passes only paths, the job's wildcards ("name=value,...") and threads, quoted.
 rule generate:
     input:
-        GENERATION_SETTINGS,
+        LAYOUT.generation_settings,
     output:
-        GENERATED,
+        LAYOUT.generated,
     log:
         LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1

@@ -2,9 +2,9 @@
 # settings go as one quoted JSON argument (a JobSettings param, also the params rerun trigger).
 rule judge:
     input:
-        GENERATED,
+        LAYOUT.generated,
     output:
-        JUDGED_CHUNK,
+        LAYOUT.judged_chunk,
     params:
         judge=rule_judge_config,
     log:
@@ -19,10 +19,9 @@ rule judge:
 
 rule llm_judge_settings:
     output:
-        LLM_JUDGE_SETTINGS,
+        LAYOUT.llm_judge_settings,
     params:
-        llm=config["judge"]["llm"],
-        prompt=JUDGE_PROMPT,
+        settings=PLAN.llm_judge_settings() if config["judge"]["llm"] else None,
     log:
         LOGS / "settings/llm_judge.log",
     conda:
@@ -33,17 +32,17 @@ rule llm_judge_settings:
 
 rule llm_judge:
     input:
-        settings=LLM_JUDGE_SETTINGS,
-        judged=JUDGED_CHUNK,
+        settings=LAYOUT.llm_judge_settings,
+        judged=LAYOUT.judged_chunk,
     output:
-        LLM_JUDGED_CHUNK,
+        LAYOUT.llm_judged_chunk,
     log:
         LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     resources:
         gpu=llm_judge_gpus,
     conda:
-        LLM_JUDGE_ENV
+        PLAN.llm_judge_env()
     shell:
         "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-judge --settings {input.settings:q} --threads {threads}"
         " --gpus {resources.gpu} --input {input.judged:q} --output {output:q} --log {log:q}"
@@ -53,7 +52,7 @@ rule merge_judged:
     input:
         judged_chunks,
     output:
-        JUDGED,
+        LAYOUT.judged,
     log:
         LOGS / "merge_judged/{model}/{benchmark}/{split}/output-rs{seed}.log",
     conda:

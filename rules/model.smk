@@ -1,15 +1,16 @@
+# The embedded default's base model (model.build_tiny): a tiny Llama bootstrapped on its benchmark's problems.
 rule build_tiny_model:
     input:
-        unpack(tiny_model_inputs),
+        **PLAN.tiny_model_inputs(),
     output:
-        checkpoint=directory(CHECKPOINT),
+        checkpoint=directory(LAYOUT.checkpoint),
     params:
-        tiny_model=config.get("tiny_model"),
-        prompt=TINY_MODEL_PROMPT,
+        tiny_model=config["tiny_model"],
+        prompt=resolve_prompt(PLAN.tiny_model_prompt()),
     log:
         LOGS / "build_tiny_model/{model}.log",
     wildcard_constraints:
-        model=re.escape(BASE_MODEL),
+        model=re.escape(PLAN.base_model),
     threads: workflow.cores
     conda:
         "../envs/training.yaml"

@@ -3,10 +3,10 @@
 
 rule plot_pass_at_1:
     input:
-        summary=SUMMARY,
+        summary=LAYOUT.summary,
     output:
         plot=report(
-            PLOT.format(plot="pass_at_1"),
+            LAYOUT.plot.format(plot="pass_at_1"),
             caption="../report/pass_at_1.rst",
             category="Evaluation",
             labels={"plot": "pass@1 by round"},
@@ -21,10 +21,10 @@ rule plot_pass_at_1:
 
 rule plot_pass_at_k:
     input:
-        summary=SUMMARY,
+        summary=LAYOUT.summary,
     output:
         plot=report(
-            PLOT.format(plot="pass_at_k"),
+            LAYOUT.plot.format(plot="pass_at_k"),
             caption="../report/pass_at_k.rst",
             category="Evaluation",
             labels={"plot": "pass@k and majority@k"},
@@ -39,10 +39,10 @@ rule plot_pass_at_k:
 
 rule plot_generation_lengths:
     input:
-        eval_judged_files,
+        PLAN.eval_judged_files(),
     output:
         plot=report(
-            PLOT.format(plot="generation_lengths"),
+            LAYOUT.plot.format(plot="generation_lengths"),
             caption="../report/generation_lengths.rst",
             category="Generations",
             labels={"plot": "generation lengths"},
@@ -59,37 +59,19 @@ rule plot_generation_lengths:
 
 rule plot_sft_examples:
     input:
-        sft_stats_files,
+        PLAN.sft_stats_files(),
     output:
         plot=report(
-            PLOT.format(plot="sft_examples"),
+            LAYOUT.plot.format(plot="sft_examples"),
             caption="../report/sft_examples.rst",
             category="SFT data",
             labels={"plot": "SFT examples per round"},
         ),
     params:
-        rounds=TUNED_MODELS,
+        rounds=PLAN.tuned_models,
     log:
         LOGS / "report/sft_examples.log",
     conda:
         "../envs/report.yaml"
     script:
         "../scripts/plot_sft_examples.py"
-
-
-rule plot_synthesis_funnel:
-    input:
-        funnel=SYNTHESIS_FUNNEL,
-    output:
-        plot=report(
-            PLOT.format(plot="synthesis_funnel"),
-            caption="../report/synthesis_funnel.rst",
-            category="SFT data",
-            labels={"plot": "synthesized problems per round"},
-        ),
-    log:
-        LOGS / "report/synthesis_funnel.log",
-    conda:
-        "../envs/report.yaml"
-    script:
-        "../scripts/plot_synthesis_funnel.py"

@@ -2,10 +2,10 @@ rule sft_data:
     input:
         sft_judged_files,
     output:
-        data=SFT_DATA,
-        stats=SFT_STATS,
-        alpaca=SFT_ALPACA,
-        dataset_info=SFT_DATASET_INFO,
+        data=LAYOUT.sft_data,
+        stats=LAYOUT.sft_stats,
+        alpaca=LAYOUT.sft_alpaca,
+        dataset_info=LAYOUT.sft_dataset_info,
     params:
         prompts=sft_prompts,
         filters=config["sft"]["filters"],
@@ -22,11 +22,11 @@ rule sft_data:
 # sft.method lora writes an adapter (models/round{r}/adapter), full a checkpoint (models/round{r}/checkpoint)
 rule sft:
     input:
-        data=SFT_DATA,
+        data=LAYOUT.sft_data,
         model=PLAN.base_model_inputs(),
         init=sft_init,
     output:
-        tuned=directory(SFT_OUTPUT),
+        tuned=directory(PLAN.training.output),
     params:
         model_path=base_model_path,
         model=config["model"],
@@ -48,10 +48,10 @@ rule sft:
 
 rule merge_adapter:
     input:
-        adapter=ADAPTER,
+        adapter=LAYOUT.adapter,
         model=PLAN.base_model_inputs(),
     output:
-        merged=directory(MERGED_MODEL),
+        merged=directory(LAYOUT.merged_model),
     params:
         model_path=base_model_path,
         model=config["model"],

@@ -2,8 +2,8 @@ rule summarize:
     input:
         judged_seed_files,
     output:
-        metrics=METRICS,
-        table=METRICS_TABLE,
+        metrics=LAYOUT.metrics,
+        table=LAYOUT.metrics_table,
     log:
         LOGS / "summarize/{model}/{benchmark}/{split}.log",
     conda:

@@ -1,17 +1,23 @@
-# Problem synthesis (config key synthesis; snakeskills/synthesis.py): before round r, a writer writes new problems
-# from train problems, which are parsed, filtered and decontaminated, answered by a solver through the generate
-# rule, and labelled by majority vote into data/{benchmark}/synth-round{r}.jsonl.
+# Problem synthesis (config key synthesis; snakeskills/synthesis.py), included when synthesis is on: before round r,
+# a writer writes new problems from train problems, which are parsed, filtered and decontaminated, answered by a
+# solver through the generate rule, and labelled by majority vote into the split LAYOUT.synthesized. What each step
+# reads and runs with is SYNTHESIS's (snakeskills.plan.synthesis.SynthesisPlan).
+
+
+localrules:
+    synthesis_funnel,
+    plot_synthesis_funnel,
 
 
 rule synthesis_sources:
     input:
-        train=synthesis_train_split,
-        judged=synthesis_feedback_files,
+        train=lambda w: LAYOUT.prepared.format(benchmark=w.benchmark, split=config["train_split"]),
+        judged=lambda w: SYNTHESIS.feedback_files(int(w.round), w.benchmark),
     output:
-        SYNTHESIS_SOURCES,
+        LAYOUT.synthesis_sources,
     params:
-        sources=config["synthesis"]["sources"] if config["synthesis"] else None,
-        seed=config["synthesis"]["seed"] if config["synthesis"] else None,
+        sources=SYNTHESIS.section["sources"],
+        seed=SYNTHESIS.section["seed"],
     log:
         LOGS / "synthesis/round{round}/{benchmark}/sources.log",
     conda:
@@ -22,17 +28,18 @@ rule synthesis_sources:
 
 rule synthesis_problems:
     input:
-        generated=synthesis_writer_files,
-        train=SYNTHESIS_REFERENCES["train"],
-        eval=SYNTHESIS_REFERENCES["eval"],
+        generated=lambda w: SYNTHESIS.writer_files(int(w.round), w.benchmark),
+        train=SYNTHESIS.reference_files()["train"],
+        eval=SYNTHESIS.reference_files()["eval"],
     output:
-        problems=SYNTHESIS_FILTERED,
-        dropped=SYNTHESIS_DROPPED,
-        stats=SYNTHESIS_FILTER_STATS,
+        problems=SYNTHESIS.filtered,
+        dropped=LAYOUT.synthesis_dropped,
+        stats=LAYOUT.synthesis_filter_stats,
     params:
-        filter=config["synthesis"]["filter"] if config["synthesis"] else None,
-        decontamination=config["synthesis"]["decontamination"] if config["synthesis"] else None,
-        writer=synthesis_writer,
+        filter=SYNTHESIS.section["filter"],
+        decontamination=SYNTHESIS.section["decontamination"],
+        writer=lambda w: SYNTHESIS.writer(int(w.round)),
+        id_prefix=lambda w: SYNTHESIS.split_name(int(w.round)),
     log:
         LOGS / "synthesis/round{round}/{benchmark}/problems.log",
     conda:
@@ -41,17 +48,16 @@ rule synthesis_problems:
         "../scripts/synthesis_problems.py"
 
 
-if PLAN.synthesis_llm_check():
+if SYNTHESIS.llm_check:
 
     localrules:
         contamination_check_settings,
 
     rule contamination_check_settings:
         output:
-            CONTAMINATION_CHECK_SETTINGS,
+            LAYOUT.contamination_check_settings,
         params:
-            llm=PLAN.contamination_checker(),
-            prompt=CONTAMINATION_PROMPT,
+            settings=SYNTHESIS.contamination_check_settings(),
         log:
             LOGS / "settings/contamination_check.log",
         conda:
@@ -63,20 +69,20 @@ if PLAN.synthesis_llm_check():
     # problem (shell: as llm_judge, a model-loading job run by snakeskills.cli)
     rule synthesis_llm_check:
         input:
-            settings=CONTAMINATION_CHECK_SETTINGS,
-            candidates=SYNTHESIS_CANDIDATES,
-            eval=SYNTHESIS_REFERENCES["eval"],
+            settings=LAYOUT.contamination_check_settings,
+            candidates=LAYOUT.synthesis_candidates,
+            eval=SYNTHESIS.reference_files()["eval"],
         output:
-            problems=SYNTHESIS_PROBLEMS,
-            checked=SYNTHESIS_LLM_CHECKED,
-            stats=SYNTHESIS_LLM_CHECK_STATS,
+            problems=LAYOUT.synthesis_problems,
+            checked=LAYOUT.synthesis_llm_checked,
+            stats=LAYOUT.synthesis_llm_check_stats,
         log:
             LOGS / "synthesis/round{round}/{benchmark}/llm-check.log",
         threads: 1
         resources:
-            gpu=contamination_check_gpus,
+            gpu=lambda w: SYNTHESIS.contamination_check_gpus(gpus_available()),
         conda:
-            CONTAMINATION_CHECK_ENV
+            SYNTHESIS.contamination_check_env()
         shell:
             "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli llm-contamination-check --settings {input.settings:q}"
             " --threads {threads} --gpus {resources.gpu} --candidates {input.candidates:q} --eval {input.eval:q}"
@@ -85,17 +91,18 @@ if PLAN.synthesis_llm_check():
 
 rule synthesis_label:
     input:
-        problems=SYNTHESIS_PROBLEMS,
-        solved=synthesis_solver_files,
+        problems=LAYOUT.synthesis_problems,
+        solved=lambda w: SYNTHESIS.solver_files(int(w.round), w.benchmark),
     output:
-        labelled=SYNTHESIZED,
-        judged=SYNTHESIS_JUDGED,
-        stats=SYNTHESIS_LABEL_STATS,
+        labelled=LAYOUT.synthesized,
+        judged=LAYOUT.synthesis_judged,
+        stats=LAYOUT.synthesis_label_stats,
     params:
         judge=rule_judge_config,
-        min_agreement=config["synthesis"]["label"]["min_agreement"] if config["synthesis"] else None,
-        exact_answer=synthesis_exact_answer,
-        solver=synthesis_solver,
+        min_agreement=SYNTHESIS.section["label"]["min_agreement"],
+        exact_answer=lambda w: SYNTHESIS.exact_answer(w.benchmark),
+        solver=lambda w: SYNTHESIS.solver(int(w.round)),
+        chunks_per_seed=config["num_chunks"],
     log:
         LOGS / "synthesis/round{round}/{benchmark}/label.log",
     threads: judge_threads()
@@ -107,19 +114,34 @@ rule synthesis_label:
 
 rule synthesis_funnel:
     input:
-        filter=SYNTHESIS_STATS["filter"],
-        label=SYNTHESIS_STATS["label"],
-        sft=SYNTHESIS_STATS["sft"],
-        llm_check=SYNTHESIS_STATS["llm_check"],
+        **SYNTHESIS.stats_files(),
     output:
-        funnel=SYNTHESIS_FUNNEL,
-        table=SYNTHESIS_FUNNEL_TABLE,
+        funnel=LAYOUT.synthesis_funnel,
+        table=LAYOUT.synthesis_funnel_table,
     params:
-        runs=SYNTHESIS_RUNS,
-        rounds=PLAN.synthesis_rounds(),
+        runs=SYNTHESIS.runs,
+        rounds=SYNTHESIS.rounds,
     log:
         LOGS / "synthesis/funnel.log",
     conda:
         "../envs/judge.yaml"
     script:
         "../scripts/synthesis_funnel.py"
+
+
+rule plot_synthesis_funnel:
+    input:
+        funnel=LAYOUT.synthesis_funnel,
+    output:
+        plot=report(
+            LAYOUT.plot.format(plot="synthesis_funnel"),
+            caption="../report/synthesis_funnel.rst",
+            category="SFT data",
+            labels={"plot": "synthesized problems per round"},
+        ),
+    log:
+        LOGS / "report/synthesis_funnel.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/plot_synthesis_funnel.py"

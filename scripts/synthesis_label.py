@@ -13,4 +13,5 @@ with script_logging(snakemake.log[0]):
         num_workers=snakemake.threads,
         exact_answer=exact_answer_function(snakemake.params.exact_answer),
         solver=snakemake.params.solver,
+        chunks_per_seed=snakemake.params.chunks_per_seed,
     )

@@ -11,7 +11,7 @@ with script_logging(snakemake.log[0]):
         stats_path=snakemake.output.stats,
         filter_config=snakemake.params.filter,
         decontamination=snakemake.params.decontamination,
-        id_prefix=f"synth-round{snakemake.wildcards.round}",
+        id_prefix=snakemake.params.id_prefix,
         writer=snakemake.params.writer,
         round_number=int(snakemake.wildcards.round),
     )

@@ -25,7 +25,7 @@ import json
 from snakeskills.errors import SnakeskillsError
 from snakeskills.workflow import read_job_settings, script_logging
 
-GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt")
+GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk")
 LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
 
 
@@ -55,7 +55,6 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.backends import backend_from_config, sampling_from_config
     from snakeskills.generate import generate_chunk, reasoning_settings
-    from snakeskills.plan import synthesis_split_part
     from snakeskills.prompts import chat_format
 
     with script_logging(arguments.log) as logger:
@@ -82,7 +81,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             rows_per_flush=generation["rows_per_flush"],
             fingerprint_files=[arguments.settings],
             reasoning=reasoning_settings(generation),
-            allow_empty_chunk=synthesis_split_part(arguments.wildcards["split"]) is not None,
+            allow_empty_chunk=settings["allow_empty_chunk"],
         )
         logger.info("generate done: %s", counts)
 

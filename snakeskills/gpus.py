@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.runtime_folder import default_directory, private_directory
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +125,7 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pin
 
 
 def claims_directory() -> Path:
-    """The claims' lock files: in this user's private runtime folder (see model_server)."""
-    from snakeskills.backends.model_server import default_directory, private_directory
-
+    """The claims' lock files: in this user's private runtime folder (snakeskills.runtime_folder)."""
     folder = private_directory(default_directory()) / "gpus"
     folder.mkdir(exist_ok=True, mode=0o700)
     return folder

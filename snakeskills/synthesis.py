@@ -507,20 +507,15 @@ def judge_against_labels(
 # ---------------------------------------------------------------- the steps as file operations (rules/synthesis.smk)
 
 
-def seed_of(path: str | Path) -> int:
-    """The random seed of a generated chunk file (``.../rs{seed}/chunk...``)."""
-    match = re.search(r"/rs(\d+)/", str(path))
-    if match is None:
-        raise SnakeskillsError(f"{path}: not a generated chunk file (no /rs<seed>/ folder)")
-    return int(match.group(1))
-
-
-def rows_by_seed(chunk_paths: list[str | Path]) -> list[list[dict]]:
-    """Generated chunk files pooled per random seed, seeds in increasing order."""
-    pooled: dict[int, list[dict]] = defaultdict(list)
-    for path in chunk_paths:
-        pooled[seed_of(path)].extend(read_jsonl(path))
-    return [pooled[seed] for seed in sorted(pooled)]
+def rows_by_seed(chunk_paths: list[str | Path], chunks_per_seed: int) -> list[list[dict]]:
+    """Generated chunk files, given seed by seed (``chunks_per_seed`` files each, as the plan lists them), pooled
+    per seed."""
+    if len(chunk_paths) % chunks_per_seed:
+        raise SnakeskillsError(f"{len(chunk_paths)} chunk files do not split into seeds of {chunks_per_seed} chunks")
+    return [
+        [row for path in chunk_paths[start : start + chunks_per_seed] for row in read_jsonl(path)]
+        for start in range(0, len(chunk_paths), chunks_per_seed)
+    ]
 
 
 def write_sources(
@@ -574,7 +569,7 @@ def write_problems(
 ) -> dict:
     """Parse, deduplicate and decontaminate the writer's texts (``filter_problems``); eval problems come from the
     prepared eval splits ``data/{benchmark}/{split}.jsonl``."""
-    generated = [row for rows in rows_by_seed(generated_paths) for row in rows]
+    generated = [row for path in generated_paths for row in read_jsonl(path)]
     train_problems = [row["problem"] for path in train_paths for row in iter_jsonl(path)]
     eval_problems = read_eval_problems(eval_paths)
     kept, dropped, counts = filter_problems(
@@ -607,12 +602,14 @@ def write_labels(
     num_workers: int,
     exact_answer: Callable[[str], str | None] | None,
     solver: str,
+    chunks_per_seed: int,
 ) -> dict:
-    """Majority labels (``label_problems``): the labelled split, and the solver's samples judged against it."""
+    """Majority labels (``label_problems``): the labelled split, and the solver's samples judged against it.
+    ``solver_paths``: the solver's chunk files, seed by seed, ``chunks_per_seed`` each."""
     problems = read_jsonl(problems_path)
     labelled, judged, counts = label_problems(
         problems,
-        rows_by_seed(solver_paths) if problems else [],
+        rows_by_seed(solver_paths, chunks_per_seed) if problems else [],
         judge_config=judge_config,
         min_agreement=min_agreement,
         num_workers=num_workers,

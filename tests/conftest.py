@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
 
 @functools.cache
 def _validated_default() -> dict:
-    from snakeskills.plan import default_config
+    from snakeskills.plan.config import default_config
 
     return default_config()
 
@@ -89,7 +89,7 @@ def default_section(*keys: str) -> dict:
 def generation_section(**overrides) -> dict:
     """The embedded default's ``generation`` section with ``overrides``, validated again: the schema fills the
     defaults of what the overrides add (an ``openai`` section, say), as the workflow would."""
-    from snakeskills.plan import prepare_config
+    from snakeskills.plan.config import prepare_config
 
     config = copy.deepcopy(_validated_default())
     config["generation"].update(overrides)
@@ -100,7 +100,8 @@ def generation_section(**overrides) -> dict:
 def checked_config(config: dict) -> dict:
     """``config`` validated (the schema's defaults filled) and cross-checked as the workflow does before planning,
     on a node without GPUs."""
-    from snakeskills.plan import check_config, prepare_config
+    from snakeskills.plan.checks import check_config
+    from snakeskills.plan.config import prepare_config
 
     prepare_config(config)
     check_config(config, gpus_available=False)
@@ -110,7 +111,7 @@ def checked_config(config: dict) -> dict:
 def resolved_prompt(**settings) -> dict:
     """A ``prompt`` section of ``settings``, its other keys the schema's defaults (validated as the workflow does),
     resolved as a job gets it."""
-    from snakeskills.plan import prepare_config
+    from snakeskills.plan.config import prepare_config
     from snakeskills.prompts import resolve_prompt
 
     config = copy.deepcopy(_validated_default())

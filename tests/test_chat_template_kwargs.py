@@ -17,7 +17,9 @@ from servers import TransformersServer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
-from snakeskills.plan import DEFAULT_CONFIG, check_config, check_model_paths, prepare_config
+from snakeskills.plan.checks import check_config
+from snakeskills.plan.config import DEFAULT_CONFIG, prepare_config
+from snakeskills.plan.folders import check_model_paths
 from snakeskills.prompts import (
     build_messages,
     encode_messages,

@@ -37,11 +37,14 @@ from snakeskills.code_execution import (
     run_check,
     run_many,
 )
-from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
+from snakeskills.data.prepare import prepare_split
+from snakeskills.data.specs import preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import judge_records, judge_verdicts
-from snakeskills.plan import Layout, Plan, benchmark_judge, llm_judged
+from snakeskills.plan.layout import Layout
+from snakeskills.plan.run import Plan
+from snakeskills.plan.sections import benchmark_judge, llm_judged
 from snakeskills.sft import select_sft_records
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())

@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO, example_model_folder, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
 
-from snakeskills.data.prepare import load_preset
+from snakeskills.data.specs import load_preset
 from snakeskills.prompts import load_template_file, template_path
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))

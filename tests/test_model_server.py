@@ -10,8 +10,9 @@ import pytest
 from conftest import hf_backend
 
 from snakeskills.backends import GenerationRequest, SamplingParams
-from snakeskills.backends.model_server import SharedModelBackend, private_directory, server_paths
+from snakeskills.backends.model_server import SharedModelBackend, server_paths
 from snakeskills.errors import SnakeskillsError
+from snakeskills.runtime_folder import private_directory
 
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
 MESSAGES = [({"role": "user", "content": f"{a}+{a}="},) for a in range(10)]

@@ -19,15 +19,14 @@ import yaml
 from conftest import DEFAULT_CONFIG, checked_config, run_snakemake, teacher_section, write_config
 from dataset_fixtures import MMLU_TEST
 
-from snakeskills.data.prepare import prepare_split, preparing_spec, resolve_benchmark_spec
+from snakeskills.data.prepare import prepare_split
+from snakeskills.data.specs import preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import exact_match, extract_answer, extract_choice, judge_records
-from snakeskills.plan import (
-    Layout,
-    Plan,
-    benchmark_judge,
-)
+from snakeskills.plan.layout import Layout
+from snakeskills.plan.run import Plan
+from snakeskills.plan.sections import benchmark_judge
 from snakeskills.prompts import build_messages, resolve_prompt
 from snakeskills.sft import select_sft_records
 

@@ -16,18 +16,12 @@ import yaml
 from conftest import DEFAULT_CONFIG, NO_SERVER, REPO, example_model_folder, teacher_section
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.plan import (
-    Layout,
-    Plan,
-    check_config,
-    check_devices,
-    check_model_paths,
-    check_results_dir,
-    prepare_config,
-    schema_error,
-    training_gpus,
-    training_processes,
-)
+from snakeskills.plan.checks import check_config, check_devices
+from snakeskills.plan.config import prepare_config, schema_error
+from snakeskills.plan.folders import check_model_paths, check_results_dir
+from snakeskills.plan.layout import Layout
+from snakeskills.plan.resources import training_gpus, training_processes
+from snakeskills.plan.run import Plan
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
 
@@ -379,16 +373,16 @@ def test_continue_trains_from_the_previous_adapter_or_checkpoint():
 
 def test_tuned_models_plots_and_merged_models_are_targets():
     plan = plan_of(rounds=2)
-    targets = plan.targets(["summary"], ["plot"])
+    targets = plan.targets()
     assert {"results/tiny-arithmetic/models/round1/adapter", "results/tiny-arithmetic/models/round2/adapter"} <= set(
         targets
     )
     assert "results/tiny-arithmetic/metrics/base/arithmetic/train/metrics.json" in targets
     assert not [path for path in targets if "merged" in path]
     merged = plan_of(lambda config: config["sft"].update(merge=True), rounds=2)
-    assert "results/tiny-arithmetic/models/round2/merged" in merged.targets([], [])
+    assert "results/tiny-arithmetic/models/round2/merged" in merged.targets()
     full = plan_of(lambda config: config["sft"].update(method="full"))
-    assert "results/tiny-arithmetic/models/round1/checkpoint" in full.targets([], [])
+    assert "results/tiny-arithmetic/models/round1/checkpoint" in full.targets()
 
 
 def test_seeds_follow_the_split_and_the_model():
@@ -473,7 +467,7 @@ def test_training_gpus_and_processes():
     assert training_gpus(four, True) == 4 and training_processes(four, True) == 4, "one process per GPU"
     two_cpu = checked(lambda config: config["sft"].update(processes=2))
     assert training_processes(two_cpu, False) == 2, "CPU processes"
-    assert plan_of(lambda config: config["sft"].update(processes=2)).sft_training_config(False)["processes"] == 2
+    assert plan_of(lambda config: config["sft"].update(processes=2)).training.training_config(False)["processes"] == 2
 
 
 def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tiny_checkpoint):
@@ -592,8 +586,8 @@ def test_synthesis_splits_jobs_and_seeds():
         with_synthesis(writer="student", sources={"new_per_problem": 3}, label={"solver": "student", "num_samples": 5}),
         rounds=2,
     )
-    assert plan.synthesis_writer(1) == plan.synthesis_solver(1) == "base"
-    assert plan.synthesis_writer(2) == "round1", "a student writer is the model before the round (SEAL)"
+    assert plan.synthesis.writer(1) == plan.synthesis.solver(1) == "base"
+    assert plan.synthesis.writer(2) == "round1", "a student writer is the model before the round (SEAL)"
     assert plan.seeds("base", "synth-round1-sources") == [0, 1, 2]
     assert plan.seeds("round1", "synth-round2-problems") == [0, 1, 2, 3, 4]
     assert plan.seeds("base", "train") == [0, 1, 2, 3]
@@ -602,25 +596,25 @@ def test_synthesis_splits_jobs_and_seeds():
     assert writing["generation"] == plan.config["generation"], "no synthesis.sampling: the student's own sampling"
     solving = plan.generation_job("base", "arithmetic", "synth-round1-problems")
     assert solving["prompt"] == plan.config["prompt"]
-    assert plan.synthesis_writer_files(1, "arithmetic") == [
+    assert plan.synthesis.writer_files(1, "arithmetic") == [
         f"results/tiny-arithmetic/generate/base/arithmetic/synth-round1-sources/rs{seed}/chunk{chunk}-of-2.jsonl"
         for seed in range(3)
         for chunk in range(2)
     ]
-    assert len(plan.synthesis_solver_files(2, "arithmetic")) == 5 * 2
-    assert plan.synthesis_feedback_files(2, "arithmetic") == [
+    assert len(plan.synthesis.solver_files(2, "arithmetic")) == 5 * 2
+    assert plan.synthesis.feedback_files(2, "arithmetic") == [
         f"results/tiny-arithmetic/judge/round1/arithmetic/train/output-rs{seed}.jsonl" for seed in range(4)
     ]
-    assert plan.synthesis_exact_answer("arithmetic") == "arithmetic"
-    assert "results/tiny-arithmetic/synthesis/funnel.txt" in plan.targets([], [])
+    assert plan.synthesis.exact_answer("arithmetic") == "arithmetic"
+    assert "results/tiny-arithmetic/synthesis/funnel.txt" in plan.targets()
 
 
 def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver():
     student = {"writer": "student", "label": {"solver": "student"}}
     plan = plan_of(with_synthesis(**student))
-    assert not plan.synthesis_llm_check()
-    assert plan.synthesis_filtered() == "results/tiny-arithmetic/data/{benchmark}/synth-round{round}-problems.jsonl"
-    assert plan.synthesis_stats_files()["llm_check"] == []
+    assert not plan.synthesis.llm_check
+    assert plan.synthesis.filtered == "results/tiny-arithmetic/data/{benchmark}/synth-round{round}-problems.jsonl"
+    assert plan.synthesis.stats_files()["llm_check"] == []
 
     def with_llm_check(config):
         with_synthesis(**student, decontamination={"llm_check": "judge"})(config)
@@ -634,17 +628,20 @@ def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver
         }
 
     plan = plan_of(with_llm_check, rounds=2)
-    assert plan.synthesis_llm_check()
-    assert plan.synthesis_filtered() == "results/tiny-arithmetic/synthesis/round{round}/{benchmark}/candidates.jsonl"
-    assert plan.synthesis_stats_files()["llm_check"] == [
+    assert plan.synthesis.llm_check
+    assert plan.synthesis.filtered == "results/tiny-arithmetic/synthesis/round{round}/{benchmark}/candidates.jsonl"
+    assert plan.synthesis.stats_files()["llm_check"] == [
         f"results/tiny-arithmetic/synthesis/round{r}/arithmetic/llm-check.json" for r in (1, 2)
     ]
     prompt = plan.config["synthesis"]["decontamination"]["llm_prompt"]
     assert prompt["template"] == "same-problem" and not prompt["chat_template"]
-    assert plan.contamination_checker()["generation"]["openai"]["model"] == "j"
-    assert plan.contamination_check_env() == "../envs/generate-openai.yaml" and plan.contamination_check_gpus(True) == 0
+    assert plan.synthesis.contamination_checker()["generation"]["openai"]["model"] == "j"
+    assert (
+        plan.synthesis.contamination_check_env() == "../envs/generate-openai.yaml"
+        and plan.synthesis.contamination_check_gpus(True) == 0
+    )
     plan = plan_of(with_synthesis(teacher=True, **student, decontamination={"llm_check": "teacher"}))
-    assert plan.contamination_checker() == {k: plan.config["teacher"][k] for k in ("model", "generation")}
+    assert plan.synthesis.contamination_checker() == {k: plan.config["teacher"][k] for k in ("model", "generation")}
 
 
 def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
@@ -660,7 +657,7 @@ def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
     assert writing["generation"]["backend"] == "openai" and writing["generation"]["sampling"]["max_new_tokens"] == 80
     assert plan.generation_job("teacher", "arithmetic", "train")["generation"]["sampling"]["max_new_tokens"] != 80
     assert plan.generation_job("teacher", "arithmetic", "synth-round1-problems")["prompt"]["user"] == "{problem}="
-    assert plan.synthesis_solver(1) == "teacher" and plan.generation_gpus("teacher", "synth-round1-sources", True) == 0
+    assert plan.synthesis.solver(1) == "teacher" and plan.generation_gpus("teacher", "synth-round1-sources", True) == 0
 
 
 def test_own_writer_solves_with_its_label_prompt_and_loads_nothing_of_the_student():

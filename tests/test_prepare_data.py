@@ -27,14 +27,8 @@ from dataset_fixtures import (
     WRITERS,
 )
 
-from snakeskills.data.prepare import (
-    PRESETS_DIR,
-    known_presets,
-    load_preset,
-    local_source_files,
-    prepare_split,
-    resolve_benchmark_spec,
-)
+from snakeskills.data.prepare import prepare_split
+from snakeskills.data.specs import PRESETS_DIR, known_presets, load_preset, local_source_files, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import write_jsonl
 

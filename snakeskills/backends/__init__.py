@@ -131,7 +131,7 @@ def backend_from_config(
         return build_backend(name, **local_backend_options(generation, model, model_path, adapter_path, threads))
     import os
 
-    from snakeskills.backends.model_server import default_directory
+    from snakeskills.runtime_folder import default_directory
 
     server_threads = share["threads"] or len(os.sched_getaffinity(0))
     return build_backend(

@@ -30,7 +30,6 @@ import logging
 import os
 import socket
 import socketserver
-import stat
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams
 from snakeskills.errors import SnakeskillsError
+from snakeskills.runtime_folder import private_directory
 
 logger = logging.getLogger(__name__)
 
@@ -62,38 +62,6 @@ def server_paths(directory: str | Path, options: dict) -> tuple[Path, Path, Path
     key = server_key(options)
     folder = Path(directory)
     return folder / f"{key}.sock", folder / f"{key}.lock", folder / f"{key}.log"
-
-
-def default_directory() -> str:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return str(Path(runtime) / "snakeskills") if runtime else f"/tmp/snakeskills-{os.getuid()}"
-
-
-def private_directory(directory: str | Path) -> Path:
-    """The servers' folder, created mode 0700 if missing; refused unless it is this user's own and private.
-
-    Checked on the folder itself, not through a symbolic link: in a shared /tmp another user can create
-    ``/tmp/snakeskills-<uid>`` (or a link of that name) before us.
-    """
-    folder = Path(directory)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(mode=0o700)
-    info = os.lstat(folder)
-    remedy = "remove it, or set generation.share_model.directory to a folder of your own"
-    if not stat.S_ISDIR(info.st_mode):
-        raise SnakeskillsError(f"model server folder {folder} is not a folder (a link or a file): {remedy}")
-    if info.st_uid != os.getuid():
-        raise SnakeskillsError(
-            f"model server folder {folder} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}): another "
-            f"user could read your prompts and answer them through it; {remedy}"
-        )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        raise SnakeskillsError(
-            f"model server folder {folder} has mode {stat.S_IMODE(info.st_mode):04o}: other users could create "
-            f"sockets in it or reach yours; `chmod 700 {folder}`, or {remedy}"
-        )
-    return folder
 
 
 # ---------------------------------------------------------------- client

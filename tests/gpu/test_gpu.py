@@ -19,7 +19,7 @@ import torch
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_backend, local_backend_options
 from snakeskills.io import write_jsonl
-from snakeskills.plan import default_config, prepare_config
+from snakeskills.plan.config import default_config, prepare_config
 from snakeskills.tiny_model import build_char_tokenizer, build_tiny_llama, save_random_llama
 
 VOCABULARY = 151_936

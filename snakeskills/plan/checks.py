@@ -1,0 +1,265 @@
+"""Cross-key checks of a validated config that the JSON schema cannot express; each names the key at fault.
+The optional features check their own sections (``snakeskills.plan.teacher``, ``snakeskills.plan.synthesis``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakeskills.backends.specs import backend_spec
+from snakeskills.data.specs import check_splits
+from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.resources import training_gpus, training_processes
+from snakeskills.plan.sections import benchmark_judge, benchmark_prompt, generation_sections, is_code_benchmark
+from snakeskills.plan.synthesis import check_synthesis
+from snakeskills.plan.teacher import check_teacher
+from snakeskills.plan.values import check_model_name, check_regex
+
+
+def check_config(config: dict, *, gpus_available: bool) -> None:
+    """Cross-key checks the JSON schema cannot express; each names the key at fault.
+
+    ``gpus_available``: whether the planning node sees GPUs (decides hf ``device: auto``'s GPU count)."""
+    model = config["model"]
+    if not model["build_tiny"] and not model["path"]:
+        raise SnakeskillsError("config key model.path is required when model.build_tiny is false")
+    for name in config["train_benchmarks"]:
+        if name not in config["benchmarks"]:
+            raise SnakeskillsError(f"config key train_benchmarks names {name!r}, which is not in benchmarks")
+    if model["build_tiny"]:
+        if config.get("tiny_model") is None:
+            raise SnakeskillsError("config key tiny_model is required when model.build_tiny is true")
+        if config["tiny_model"]["bootstrap_benchmark"] not in config["benchmarks"]:
+            raise SnakeskillsError("config key tiny_model.bootstrap_benchmark names a benchmark not in benchmarks")
+        if is_code_benchmark(config, config["tiny_model"]["bootstrap_benchmark"]):
+            raise SnakeskillsError(
+                "config key tiny_model.bootstrap_benchmark names a code benchmark; the tiny model bootstraps on "
+                "problems with an expected answer: name an answer benchmark"
+            )
+    check_model_name(model["name"], "model.name")
+    _check_splits(config)
+    check_regex(config["judge"]["regex"], "judge.regex")
+    _check_benchmark_questions(config)
+    for key, section in generation_sections(config).items():
+        backend_spec(section).check(section, key)
+        _check_reasoning(section, key)
+    _check_student_backend(config)
+    _check_sft(config, gpus_available)
+    if config["teacher"] is not None:
+        check_teacher(config)
+    if config["synthesis"] is not None:
+        check_synthesis(config)
+    for key, (prompt, reader) in prompt_readers(config).items():
+        _check_chat_template_kwargs(config, key, prompt, reader)
+
+
+def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
+    """Every prompt config section in use, by its config key, with the config section (``model``,
+    ``generation``) of the model whose chat template renders it."""
+    student = {"model": config["model"], "generation": config["generation"]}
+    readers = {"prompt": (config["prompt"], student)}
+    teacher, llm, synthesis = config["teacher"], config["judge"]["llm"], config["synthesis"]
+    if teacher is not None:
+        readers["teacher.prompt"] = (teacher["prompt"], teacher)
+    if llm is not None:
+        readers["judge.llm.prompt"] = (llm["prompt"], llm)
+    if synthesis is not None:
+        writer = {"student": student, "teacher": teacher, "own": synthesis}[synthesis["writer"]]
+        readers["synthesis.prompt"] = (synthesis["prompt"], writer)
+        if synthesis["writer"] == "own" and synthesis["label"]["prompt"] is not None:
+            readers["synthesis.label.prompt"] = (synthesis["label"]["prompt"], synthesis)
+        checker = synthesis["decontamination"]["llm_check"]
+        if checker is not None:
+            checking = llm if checker == "judge" else teacher
+            readers["synthesis.decontamination.llm_prompt"] = (synthesis["decontamination"]["llm_prompt"], checking)
+    return readers
+
+
+def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: dict) -> None:
+    """``chat_template_kwargs`` need ``chat_template: true``, must not name ``apply_chat_template``'s own
+    arguments, and must be variables the model's chat template reads where the plan can see that template (a
+    local checkpoint folder, the tiny model); a job checks the rest when it first renders a prompt."""
+    from snakeskills.prompts import check_chat_template_kwargs, saved_chat_template, unread_chat_template_kwargs
+
+    kwargs = prompt["chat_template_kwargs"]
+    if not kwargs:
+        return
+    check_chat_template_kwargs(kwargs, f"{key}.chat_template_kwargs")
+    if not prompt["chat_template"]:
+        raise SnakeskillsError(
+            f"config key {key}.chat_template_kwargs is set but {key}.chat_template is false: the kwargs are the "
+            f"chat template's variables; set {key}.chat_template: true or drop them"
+        )
+    if reader["model"] is config["model"] and config["model"]["build_tiny"]:
+        from snakeskills.tiny_model import CHAT_TEMPLATE
+
+        template, source = CHAT_TEMPLATE, "the tiny model"
+    else:
+        path = reader["model"]["path"]
+        if not backend_spec(reader["generation"]).needs_local_model or not path or not Path(path).is_dir():
+            return  # a server's template, or a model the job resolves: checked when the job renders
+        template, source = saved_chat_template(Path(path)), repr(path)
+    if template is None:
+        raise SnakeskillsError(
+            f"config key {key}.chat_template is true but {source} has no chat template (no chat_template.jinja, "
+            "no chat_template in tokenizer_config.json)"
+        )
+    problem = unread_chat_template_kwargs(template, kwargs)
+    if problem:
+        raise SnakeskillsError(f"config key {key}.{problem} (the chat template of {source})")
+
+
+def _check_benchmark_questions(config: dict) -> None:
+    """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that
+    parse), a benchmark's judge regex compile, a multiple-choice benchmark be judged as one (a math judge would
+    compare letters with math-verify), and code be judged by running tests, on a benchmark that has them."""
+    from snakeskills.prompts import resolve_prompt
+
+    resolve_prompt(config["prompt"])
+    for benchmark, spec in config["benchmarks"].items():
+        key = f"benchmarks.{benchmark}"
+        check_regex(spec["judge"].get("regex"), f"{key}.judge.regex")
+        if spec["prompt"]:
+            resolve_prompt(benchmark_prompt(config["prompt"], spec), f"{key}.prompt")
+        extraction = benchmark_judge(config, benchmark)["extraction"]
+        if spec["multiple_choice"] is not None and extraction != "multichoice":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
+                f"are option letters) but is judged with extraction {extraction!r}; set {key}.judge: "
+                "{extraction: multichoice}"
+            )
+        if spec["code"] is not None and extraction != "code":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction: benchmark {benchmark!r} is a code benchmark (its answers are "
+                f"programs, judged by running its tests) but is judged with extraction {extraction!r}; set "
+                f"{key}.judge: {{extraction: code}}"
+            )
+        if spec["code"] is None and extraction == "code":
+            raise SnakeskillsError(
+                f"config key {key}.judge.extraction is code (run each answer against the row's tests), but benchmark "
+                f"{benchmark!r} has no tests; describe them with {key}.code, or judge it another way"
+            )
+
+
+def _check_reasoning(generation: dict, key: str) -> None:
+    """A stop string that cuts a reasoning model's text at (or before) the end of its thinking would leave every
+    generation without an answer."""
+    if not generation["parse_reasoning"]:
+        return
+    end = generation["end_reasoning_string"]
+    for stop in generation["sampling"]["stop"]:
+        if stop in end or end in stop:
+            raise SnakeskillsError(
+                f"config key {key}.sampling.stop has {stop!r}, which cuts the text where {key}.end_reasoning_string "
+                f"{end!r} ends the thinking, so no answer would follow; drop it from stop"
+            )
+
+
+def _check_splits(config: dict) -> None:
+    required = {name: [(config["eval_split"], "eval_split")] for name in config["benchmarks"]}
+    for name in config["train_benchmarks"]:
+        required[name].append((config["train_split"], "train_split"))
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"]
+        for key in ("bootstrap_split", "validation_split"):
+            required[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
+    check_splits(config["benchmarks"], required)
+    if config["eval_split"] == config["train_split"]:
+        raise SnakeskillsError(
+            f"config keys eval_split and train_split are both {config['eval_split']!r}: the evaluation would "
+            "measure the problems the model was trained on; give a held-out split"
+        )
+
+
+def _check_student_backend(config: dict) -> None:
+    generation, sft = config["generation"], config["sft"]
+    if not backend_spec(generation).supports_adapters:
+        raise SnakeskillsError(
+            f"config key generation.backend is {generation['backend']!r}, which samples whatever model its server "
+            "serves, not the tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, "
+            "judge.llm, and the teacher, teacher.generation)"
+        )
+    lora_rank = sft["lora"]["r"] if sft["method"] == "lora" and "lora" in sft else 0
+    if generation["backend"] == "vllm" and lora_rank > generation["vllm"]["max_lora_rank"]:
+        raise SnakeskillsError(
+            f"config key sft.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
+            f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
+        )
+
+
+def check_batch_divides(batch_size: int, processes: int, accumulation: int, section: str) -> None:
+    """``{section}.batch_size`` must split evenly over processes x gradient accumulation steps."""
+    if batch_size % (processes * accumulation):
+        by_processes = f"the {processes} training processes (sft.processes / sft.gpus) x " if processes > 1 else ""
+        raise SnakeskillsError(
+            f"config key {section}.batch_size ({batch_size}) must be a multiple of {by_processes}{accumulation} "
+            f"{section}.gradient_accumulation_steps: each forward pass takes an equal share"
+        )
+
+
+def _check_sft(config: dict, gpus_available: bool) -> None:
+    sft = config["sft"]
+    if sft["method"] == "lora" and "lora" not in sft:
+        raise SnakeskillsError("config key sft.lora (r, alpha) is required when sft.method is lora")
+    if sft["method"] == "full" and sft["merge"]:
+        raise SnakeskillsError(
+            "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
+            "writes each round's full checkpoint (models/round{r}/checkpoint)"
+        )
+    gpus = training_gpus(config, gpus_available)
+    processes = training_processes(config, gpus_available)
+    if gpus > 0 and processes != gpus:
+        gpus_origin = (
+            "sft.gpus"
+            if sft["gpus"] is not None
+            else f"sft.gpus is null: one GPU where the run may use GPUs, generation.device is "
+            f"{config['generation']['device']!r}"
+        )
+        raise SnakeskillsError(
+            f"config key sft.processes is {processes} but the sft job has {gpus} GPU(s) ({gpus_origin}): training "
+            "runs one process per GPU; set sft.processes to null or to sft.gpus"
+            + (
+                ""
+                if sft["gpus"] is not None
+                else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
+            )
+        )
+    training = sft["training"]
+    check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"]["training"]
+        check_batch_divides(tiny["batch_size"], 1, tiny["gradient_accumulation_steps"], "tiny_model.training")
+    if sft["distributed"] == "fsdp" and gpus < 2:
+        raise SnakeskillsError(
+            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "
+            f"{gpus} GPU(s); set sft.gpus to 2 or more, or use ddp"
+        )
+    score = sft["filters"]["score"]
+    if score != "symbolic_correct" and config["judge"]["llm"] is None:
+        raise SnakeskillsError(
+            f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
+            "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
+        )
+    code_benchmarks = [name for name in config["train_benchmarks"] if is_code_benchmark(config, name)]
+    if score != "symbolic_correct" and code_benchmarks:
+        raise SnakeskillsError(
+            f"config key sft.filters.score is {score!r}, but train benchmark {code_benchmarks[0]!r} is a code "
+            "benchmark, whose answers the LLM judge does not read (its tests decide); use sft.filters.score: "
+            "symbolic_correct"
+        )
+
+
+def check_devices(config: dict) -> None:
+    """For a run whose jobs have no GPU (a local run on a machine without one): the first config key that names a
+    GPU device (an hf section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every
+    job it decides could only fail once it runs."""
+    for key, section in generation_sections(config).items():
+        if section["backend"] == "hf" and section["device"].startswith("cuda"):
+            raise SnakeskillsError(
+                f"config key {key}.device is {section['device']!r}, but this machine has no GPU and the run is "
+                "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs"
+            )
+    if config["sft"]["gpus"]:
+        raise SnakeskillsError(
+            f"config key sft.gpus is {config['sft']['gpus']}, but this machine has no GPU and the run is local "
+            "(no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs"
+        )

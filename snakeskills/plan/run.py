@@ -1,0 +1,324 @@
+"""The plan of one run: which models exist, which samples feed each round's training, how many seeds each model
+draws on each split, what each generate job runs with, and which files each step reads. Each optional feature has
+a plan object of its own, ``None`` when the feature is off: ``teacher`` (``TeacherPlan``) and ``synthesis``
+(``SynthesisPlan``); the training method's decisions are ``training`` (``TrainingPlan``)."""
+
+from __future__ import annotations
+
+from snakeskills.backends.specs import backend_spec
+from snakeskills.plan.layout import Layout, synthesis_split_part
+from snakeskills.plan.sections import benchmark_prompt
+from snakeskills.plan.synthesis import SynthesisPlan
+from snakeskills.plan.teacher import TeacherPlan
+from snakeskills.plan.training import TrainingPlan
+from snakeskills.prompts import resolve_prompt
+
+
+class Plan:
+    """The decisions of one run, made from its validated and checked config."""
+
+    def __init__(self, config: dict, layout: Layout):
+        self.config = config
+        self.layout = layout
+        self.base_model: str = config["model"]["name"]
+        self.tuned_models = [f"round{r}" for r in range(1, config["rounds"] + 1)]
+        self.models = [self.base_model, *self.tuned_models]
+        self.benchmarks = list(config["benchmarks"])
+        self.training = TrainingPlan(config, layout)
+        self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
+        self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
+        own_writer = self.synthesis.own_writer if self.synthesis is not None else None
+        # models that are sampled but never trained, each from its own config section (model, generation, prompt)
+        self.served_models = [name for name in (self.teacher and self.teacher.name, own_writer) if name]
+        # the models compared on the eval split, in table order: the student before and after each round, the teacher
+        evaluated_teacher = self.teacher.name if self.teacher is not None and self.teacher.evaluated else None
+        self.eval_models = self.models + ([evaluated_teacher] if evaluated_teacher else [])
+        self.evaluated_teacher = evaluated_teacher
+        # the plots of `snakemake --report`
+        self.report_plots = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"] + (
+            ["synthesis_funnel"] if self.synthesis is not None else []
+        )
+
+    # ---- models and rounds
+
+    def parent_model(self, model: str) -> str:
+        """The model ``model`` was trained after: the base model for round1, else the previous round."""
+        round_number = int(model.removeprefix("round"))
+        return self.base_model if round_number == 1 else f"round{round_number - 1}"
+
+    def sft_data_models(self, model: str) -> list[str]:
+        """Models whose judged train generations feed ``model``'s SFT data (sft.rounds_data, teacher.later_rounds).
+
+        replace: the previous round's only; accumulate: the base model's and every earlier round's. With a
+        teacher, the teacher takes the base model's place (``TeacherPlan.sft_data_models``)."""
+        student = self.models[: self.models.index(model)]
+        if self.config["sft"]["rounds_data"] == "replace":
+            student = student[-1:]
+        if self.teacher is None:
+            return student
+        return self.teacher.sft_data_models([name for name in student if name != self.base_model])
+
+    def train_sampled_models(self) -> list[str]:
+        """Every model that samples the train split: those whose generations feed some round's SFT data, and those
+        whose failures seed problem synthesis."""
+        feeding = [source for model in self.tuned_models for source, _, _ in self.sft_judged_runs(model)]
+        feedback = self.synthesis.failure_feedback_models() if self.synthesis is not None else []
+        return list(dict.fromkeys([*feeding, *feedback]))
+
+    def seeds(self, model: str, split: str) -> list[int]:
+        """Random seeds a model samples a split with: train_num_seeds (teacher.train_num_seeds for the teacher)
+        on the train split, a synthesis split's own (``SynthesisPlan.seeds``), num_seeds on any other."""
+        config = self.config
+        part = synthesis_split_part(split)
+        if part is not None:
+            return self.synthesis.seeds(part)
+        if split != config["train_split"]:
+            return list(range(config["num_seeds"]))
+        if self.teacher is not None and model == self.teacher.name:
+            return list(range(self.teacher.train_num_seeds))
+        return list(range(config["train_num_seeds"]))
+
+    # ---- what a model generates with
+
+    def base_model_folder(self) -> str:
+        """The base checkpoint folder: the built tiny model or model.path."""
+        if self.config["model"]["build_tiny"]:
+            return self.layout.checkpoint.format(model=self.base_model)
+        return self.config["model"]["path"]
+
+    def base_model_inputs(self) -> list[str]:
+        """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
+        return [self.layout.checkpoint.format(model=self.base_model)] if self.config["model"]["build_tiny"] else []
+
+    def tiny_model_prompt(self) -> dict:
+        """The prompt the tiny model bootstraps with: the student's, with its bootstrap benchmark's question."""
+        benchmark = self.config["tiny_model"]["bootstrap_benchmark"]
+        return benchmark_prompt(self.config["prompt"], self.config["benchmarks"][benchmark])
+
+    def tiny_model_inputs(self) -> dict[str, str]:
+        """The prepared splits the tiny model bootstraps on and is validated with."""
+        tiny = self.config["tiny_model"]
+        return {
+            name: self.layout.prepared.format(benchmark=tiny["bootstrap_benchmark"], split=tiny[f"{name}_split"])
+            for name in ("bootstrap", "validation")
+        }
+
+    def sampling_section(self, model: str) -> dict:
+        """The config section that says how ``model`` samples (model, prompt, generation): the teacher's own, an
+        own synthesis writer's (solving with synthesis.label.prompt), or the student's (every other model)."""
+        if self.teacher is not None and model == self.teacher.name:
+            return self.teacher.section
+        if self.synthesis is not None and model == self.synthesis.own_writer:
+            return self.synthesis.own_writer_section()
+        return self.config
+
+    def job_generation(self, model: str, split: str) -> dict:
+        """The generation section ``model``'s generate jobs on ``split`` run with: the model's own, with
+        synthesis.sampling in place of its sampling where a teacher or student writer writes new problems (a
+        synthesis sources split)."""
+        generation = self.sampling_section(model)["generation"]
+        if synthesis_split_part(split) == "sources":
+            return self.synthesis.writing_generation(generation)
+        return generation
+
+    def generation_job(self, model: str, benchmark: str, split: str) -> dict:
+        """What ``model``'s generate jobs on ``benchmark``'s ``split`` run with: model, generation
+        (``job_generation``) and prompt sections. Writing new problems (a synthesis sources split) uses
+        synthesis.prompt; answering, the model's prompt with the benchmark's question (``benchmark_prompt``)."""
+        section = self.sampling_section(model)
+        if synthesis_split_part(split) == "sources":
+            prompt = self.synthesis.section["prompt"]
+        else:
+            prompt = benchmark_prompt(section["prompt"], self.config["benchmarks"][benchmark])
+        return {"model": section["model"], "generation": self.job_generation(model, split), "prompt": prompt}
+
+    def generation_model_path(self, model: str) -> str | None:
+        """The checkpoint a model generates with: a full fine-tune's own (sft.method full), else the base model;
+        a served model's own (teacher.model.path, synthesis.model.path; none for an openai server)."""
+        if model in self.served_models:
+            return self.sampling_section(model)["model"]["path"]
+        if model != self.base_model and self.training.full:
+            return self.training.tuned_checkpoint(model)
+        return self.base_model_folder()
+
+    def generation_adapter_path(self, model: str) -> str | None:
+        """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model, a served
+        model, or full fine-tunes."""
+        if model == self.base_model or model in self.served_models:
+            return None
+        return self.training.tuned_adapter(model)
+
+    def generation_model_inputs(self, model: str) -> list[str]:
+        """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint
+        (full); none for a served model (a local folder or a server)."""
+        if model in self.served_models:
+            return []
+        if model != self.base_model and self.training.full:
+            return [self.training.tuned_checkpoint(model)]
+        adapter = self.generation_adapter_path(model)
+        return self.base_model_inputs() + ([] if adapter is None else [adapter])
+
+    def generation_settings(self, model: str, benchmark: str, split: str) -> dict:
+        """What a generate job reads from its settings file: the prepared split, the model and where its weights
+        are, the generation section, the resolved prompt, and whether a chunk may be empty (a synthesis split's: a
+        round may write fewer new problems than there are chunks)."""
+        job = self.generation_job(model, benchmark, split)
+        return {
+            "split": self.layout.prepared.format(benchmark=benchmark, split=split),
+            "model": job["model"],
+            "model_path": self.generation_model_path(model),
+            "adapter_path": self.generation_adapter_path(model),
+            "generation": job["generation"],
+            "prompt": resolve_prompt(job["prompt"]),
+            "allow_empty_chunk": synthesis_split_part(split) is not None,
+        }
+
+    def llm_judge_settings(self) -> dict:
+        """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt."""
+        llm = self.config["judge"]["llm"]
+        return {"llm": llm, "prompt": resolve_prompt(llm["prompt"])}
+
+    def sft_init(self, model: str) -> list[str]:
+        """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
+        adapter (lora) or checkpoint (full); none otherwise (training starts from the base model)."""
+        parent = self.parent_model(model)
+        return self.training.init(None if parent == self.base_model else parent)
+
+    # ---- jobs: GPUs and envs
+
+    def generation_gpus(self, model: str, split: str, gpus_available: bool) -> int:
+        """GPUs of one of ``model``'s generate jobs (its backend's; none for a teacher behind an openai server)."""
+        generation = self.job_generation(model, split)
+        return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def generation_env(self, model: str, split: str) -> str:
+        """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
+        return backend_spec(self.job_generation(model, split)).conda_env
+
+    def llm_judge_generation(self) -> dict:
+        """The LLM judge's generation section (judge.llm.generation); the student's when there is no LLM judge
+        (its rule then plans no job, but still names an env)."""
+        llm = self.config["judge"]["llm"]
+        return llm["generation"] if llm is not None else self.config["generation"]
+
+    def llm_judge_gpus(self, gpus_available: bool) -> int:
+        generation = self.llm_judge_generation()
+        return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def llm_judge_env(self) -> str:
+        return backend_spec(self.llm_judge_generation()).conda_env
+
+    # ---- which files each step reads
+
+    def sft_judged_runs(self, model: str) -> list[tuple[str, str, int]]:
+        """(model, benchmark, seed) of every judged train-split seed file ``model``'s SFT data is made from (none
+        with synthesis.sft_data only)."""
+        if self.synthesis is not None and self.synthesis.section["sft_data"] == "only":
+            return []
+        split = self.config["train_split"]
+        return [
+            (source, benchmark, seed)
+            for source in self.sft_data_models(model)
+            for benchmark in self.config["train_benchmarks"]
+            for seed in self.seeds(source, split)
+        ]
+
+    def sft_judged_sources(self, model: str) -> list[tuple[str, str, str]]:
+        """(source, benchmark, judged file) of everything ``model``'s SFT data is filtered from: each train-split
+        seed file with the model that wrote it, and the solver's samples of each synthesized split, as
+        "synthesized"."""
+        split = self.config["train_split"]
+        sources = [
+            (source, benchmark, self.layout.judged.format(model=source, benchmark=benchmark, split=split, seed=seed))
+            for source, benchmark, seed in self.sft_judged_runs(model)
+        ]
+        if self.synthesis is not None:
+            sources += [("synthesized", benchmark, path) for benchmark, path in self.synthesis.sft_judged_files(model)]
+        return sources
+
+    def sft_judged_files(self, model: str) -> list[str]:
+        return [path for _, _, path in self.sft_judged_sources(model)]
+
+    def sft_prompts(self, model: str) -> list[dict]:
+        """The prompt section of each of ``model``'s SFT sources (``sft_judged_sources``): the student's, with the
+        source benchmark's question, so that an example is what the student is asked on that benchmark."""
+        return [
+            benchmark_prompt(self.config["prompt"], self.config["benchmarks"][benchmark])
+            for _, benchmark, _ in self.sft_judged_sources(model)
+        ]
+
+    def generated_files(self, model: str, benchmark: str, split: str) -> list[str]:
+        """Every generated chunk file of ``model`` on ``split``, seed by seed (``num_chunks`` files per seed)."""
+        num_chunks = self.config["num_chunks"]
+        return [
+            self.layout.generated.format(
+                model=model, benchmark=benchmark, split=split, seed=seed, chunk=chunk, num_chunks=num_chunks
+            )
+            for seed in self.seeds(model, split)
+            for chunk in range(num_chunks)
+        ]
+
+    def judged_chunks(self, model: str, benchmark: str, split: str, seed: int, llm_judged: bool) -> list[str]:
+        """The judged chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark."""
+        pattern = self.layout.llm_judged_chunk if llm_judged else self.layout.judged_chunk
+        chunks = self.config["num_chunks"]
+        return [
+            pattern.format(model=model, benchmark=benchmark, split=split, seed=seed, chunk=chunk, num_chunks=chunks)
+            for chunk in range(chunks)
+        ]
+
+    def judged_seed_files(self, model: str, benchmark: str, split: str) -> list[str]:
+        return [
+            self.layout.judged.format(model=model, benchmark=benchmark, split=split, seed=seed)
+            for seed in self.seeds(model, split)
+        ]
+
+    def eval_runs(self) -> list[tuple[str, str]]:
+        """(model, benchmark) pairs compared on the eval split, in table order."""
+        return [(model, benchmark) for model in self.eval_models for benchmark in self.benchmarks]
+
+    def eval_judged_runs(self) -> list[tuple[str, str, int]]:
+        """(model, benchmark, seed) of every judged seed file on the eval split, in plot order."""
+        split = self.config["eval_split"]
+        return [(model, benchmark, seed) for model, benchmark in self.eval_runs() for seed in self.seeds(model, split)]
+
+    def eval_metrics_files(self) -> list[str]:
+        split = self.config["eval_split"]
+        return [self.layout.metrics.format(model=m, benchmark=b, split=split) for m, b in self.eval_runs()]
+
+    def eval_judged_files(self) -> list[str]:
+        split = self.config["eval_split"]
+        return [
+            self.layout.judged.format(model=m, benchmark=b, split=split, seed=seed)
+            for m, b, seed in self.eval_judged_runs()
+        ]
+
+    def sft_stats_files(self) -> list[str]:
+        return [self.layout.sft_stats.format(model=model) for model in self.tuned_models]
+
+    def funnel_tables(self) -> list[str]:
+        """The synthesis funnel table the comparison text ends with (none without synthesis)."""
+        return [self.layout.synthesis_funnel_table] if self.synthesis is not None else []
+
+    def targets(self) -> list[str]:
+        """What a plain ``snakemake`` builds: the comparison, the train metrics, the plots, the tuned models
+        (adapters or checkpoints: a rerun always leaves them in place), merged models (sft.merge) and the synthesis
+        funnel."""
+        layout = self.layout
+        train_metrics = [
+            layout.metrics.format(model=model, benchmark=benchmark, split=self.config["train_split"])
+            for model in self.train_sampled_models()
+            for benchmark in self.config["train_benchmarks"]
+        ]
+        plots = [layout.plot.format(plot=plot) for plot in self.report_plots]
+        tuned = [self.training.output.format(model=model) for model in self.tuned_models]
+        funnel = self.synthesis.targets() if self.synthesis is not None else []
+        return [
+            layout.summary,
+            layout.summary_table,
+            *train_metrics,
+            *plots,
+            *tuned,
+            *self.training.merged(self.tuned_models),
+            *funnel,
+        ]

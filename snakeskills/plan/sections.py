@@ -1,0 +1,56 @@
+"""What the config's sections mean for one benchmark or model: the prompt a benchmark is asked with, the judge
+settings its answers are judged with, and every generation section in use."""
+
+from __future__ import annotations
+
+
+def generation_sections(config: dict) -> dict[str, dict]:
+    """Every generation config section, by its config key: the student's, the LLM judge's, the teacher's."""
+    sections = {"generation": config["generation"]}
+    if config["judge"]["llm"] is not None:
+        sections["judge.llm.generation"] = config["judge"]["llm"]["generation"]
+    if config["teacher"] is not None:
+        sections["teacher.generation"] = config["teacher"]["generation"]
+    synthesis = config["synthesis"]
+    if synthesis is not None and synthesis["writer"] == "own" and synthesis["generation"] is not None:
+        sections["synthesis.generation"] = synthesis["generation"]
+    return sections
+
+
+ASKED_PROMPT_KEYS = ("template", "system", "user", "num_few_shot")
+JUDGE_RULE_KEYS = ("extraction", "regex", "equivalence", "timeout_seconds", "memory_limit_mb")
+
+
+def benchmark_prompt(prompt: dict, benchmark_spec: dict) -> dict:
+    """The prompt section a model answers a benchmark's problems with: the model's ``prompt``, whose question
+    (template, system, user, num_few_shot) the benchmark's own ``prompt`` replaces when it gives one; the chat
+    template settings stay the model's."""
+    asked = benchmark_spec["prompt"]
+    if not asked:
+        return prompt
+    return {**prompt, **dict.fromkeys(ASKED_PROMPT_KEYS), **asked}
+
+
+def benchmark_judge(config: dict, benchmark: str) -> dict:
+    """The rule-based judge's settings for one benchmark's answers: ``judge``'s, with the benchmark's own ``judge``
+    keys (extraction, regex, equivalence, limits) in their place (worker count and LLM judge left out). Letters
+    need no symbolic comparison: a multichoice benchmark's are extraction and regex only, so that changing the math
+    judge's settings does not rerun its judge jobs; a code benchmark's are extraction and the limits a program
+    runs under."""
+    settings = {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
+    if settings["extraction"] == "multichoice":
+        return {"extraction": "multichoice", "regex": settings["regex"]}
+    if settings["extraction"] == "code":
+        return {key: settings[key] for key in ("extraction", "timeout_seconds", "memory_limit_mb")}
+    return settings
+
+
+def is_code_benchmark(config: dict, benchmark: str) -> bool:
+    """Whether a benchmark's answers are programs judged by their tests (benchmarks.<name>.code)."""
+    return config["benchmarks"][benchmark]["code"] is not None
+
+
+def llm_judged(config: dict, benchmark: str) -> bool:
+    """Whether the LLM judge (judge.llm) reads a benchmark's answers: every benchmark's but a code benchmark's,
+    whose tests decide."""
+    return config["judge"]["llm"] is not None and not is_code_benchmark(config, benchmark)
