@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.workflow import read_job_settings, script_logging
+
+if TYPE_CHECKING:
+    from snakeskills.model_job import AskedModel
 
 GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk")
 LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
@@ -52,35 +56,69 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
     claim_job_gpus(gpus, pinned=pinned_device(generation), free_server_memory=not generation["share_model"]["enabled"])
 
 
-def run_generate(arguments: argparse.Namespace) -> None:
+def asked_model(
+    arguments: argparse.Namespace, *, model: dict, generation: dict, prompt: dict, model_path, adapter_path
+) -> AskedModel:
+    """The model a job asks, as its settings file says: its backend on the job's threads and GPUs, its resolved
+    prompt, sampling and reasoning settings; the settings file is part of the job's fingerprint."""
     from snakeskills.backends import backend_from_config, sampling_from_config
-    from snakeskills.generate import generate_chunk, reasoning_settings
+    from snakeskills.model_job import AskedModel, reasoning_settings
     from snakeskills.prompts import chat_format
+
+    claim_gpus_for(generation, arguments.gpus)
+    backend = backend_from_config(
+        generation,
+        model,
+        model_path=model_path,
+        adapter_path=adapter_path,
+        threads=arguments.threads,
+        **chat_format(prompt),
+    )
+    return AskedModel(
+        backend=backend,
+        prompt=prompt,
+        sampling=sampling_from_config(generation["sampling"], prompt),
+        reasoning=reasoning_settings(generation),
+        rows_per_flush=generation["rows_per_flush"],
+        fingerprint_files=[arguments.settings],
+    )
+
+
+def judging_model(arguments: argparse.Namespace) -> AskedModel:
+    """The model of a job that asks a judging model (the LLM judge, the contamination checker), from its settings
+    file (``llm``: model and generation sections; ``prompt``)."""
+    settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
+    llm = settings["llm"]
+    return asked_model(
+        arguments,
+        model=llm["model"],
+        generation=llm["generation"],
+        prompt=settings["prompt"],
+        model_path=llm["model"]["path"],
+        adapter_path=None,
+    )
+
+
+def run_generate(arguments: argparse.Namespace) -> None:
+    from snakeskills.generate import generate_chunk
 
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
-        generation = settings["generation"]
-        claim_gpus_for(generation, arguments.gpus)
-        backend = backend_from_config(
-            generation,
-            settings["model"],
+        model = asked_model(
+            arguments,
+            model=settings["model"],
+            generation=settings["generation"],
+            prompt=settings["prompt"],
             model_path=settings["model_path"],
             adapter_path=settings["adapter_path"],
-            threads=arguments.threads,
-            **chat_format(settings["prompt"]),
         )
         counts = generate_chunk(
-            backend=backend,
+            model,
             prepared_path=settings["split"],
             output_path=arguments.output,
             chunk_index=int(arguments.wildcards["chunk"]),
             num_chunks=int(arguments.wildcards["num_chunks"]),
             random_seed=int(arguments.wildcards["seed"]),
-            prompt_config=settings["prompt"],
-            sampling=sampling_from_config(generation["sampling"], settings["prompt"]),
-            rows_per_flush=generation["rows_per_flush"],
-            fingerprint_files=[arguments.settings],
-            reasoning=reasoning_settings(generation),
             allow_empty_chunk=settings["allow_empty_chunk"],
         )
         logger.info("generate done: %s", counts)
@@ -101,63 +139,25 @@ def run_judge(arguments: argparse.Namespace) -> None:
         logger.info("judged %d rows", rows)
 
 
-def judging_model(arguments: argparse.Namespace) -> tuple[dict, object, object, dict]:
-    """The settings of a job that asks a judging model (the LLM judge, the contamination checker: ``llm`` and
-    ``prompt``), its backend on the job's GPUs, its sampling, and how its texts are read (parse_reasoning)."""
-    from snakeskills.backends import backend_from_config, sampling_from_config
-    from snakeskills.generate import reasoning_settings
-    from snakeskills.prompts import chat_format
-
-    settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
-    llm = settings["llm"]
-    claim_gpus_for(llm["generation"], arguments.gpus)
-    backend = backend_from_config(
-        llm["generation"],
-        llm["model"],
-        model_path=llm["model"]["path"],
-        adapter_path=None,
-        threads=arguments.threads,
-        **chat_format(settings["prompt"]),
-    )
-    sampling = sampling_from_config(llm["generation"]["sampling"], settings["prompt"])
-    return settings, backend, sampling, reasoning_settings(llm["generation"])
-
-
 def run_llm_judge(arguments: argparse.Namespace) -> None:
     from snakeskills.llm_judge import llm_judge_chunk
 
     with script_logging(arguments.log) as logger:
-        settings, backend, sampling, reasoning = judging_model(arguments)
-        counts = llm_judge_chunk(
-            backend=backend,
-            judged_path=arguments.input,
-            output_path=arguments.output,
-            prompt=settings["prompt"],
-            sampling=sampling,
-            rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
-            fingerprint_files=[arguments.settings],
-            reasoning=reasoning,
-        )
+        counts = llm_judge_chunk(judging_model(arguments), judged_path=arguments.input, output_path=arguments.output)
         logger.info("llm judge done: %s", counts)
 
 
 def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
-    from snakeskills.synthesis import llm_contamination_check
+    from snakeskills.contamination_check import llm_contamination_check
 
     with script_logging(arguments.log) as logger:
-        settings, backend, sampling, reasoning = judging_model(arguments)
         counts = llm_contamination_check(
-            backend=backend,
+            judging_model(arguments),
             candidates_path=arguments.candidates,
             eval_paths=arguments.eval,
             problems_path=arguments.output,
             checked_path=arguments.checked,
             stats_path=arguments.stats,
-            prompt=settings["prompt"],
-            sampling=sampling,
-            rows_per_flush=settings["llm"]["generation"]["rows_per_flush"],
-            fingerprint_files=[arguments.settings],
-            reasoning=reasoning,
         )
         logger.info("contamination check done: %s", counts)
 

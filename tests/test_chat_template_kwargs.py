@@ -17,6 +17,7 @@ from servers import TransformersServer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
+from snakeskills.model_job import AskedModel
 from snakeskills.plan.checks import check_config
 from snakeskills.plan.config import DEFAULT_CONFIG, prepare_config
 from snakeskills.plan.folders import check_model_paths
@@ -258,17 +259,19 @@ def test_parse_reasoning_on_a_prompt_that_ends_the_thinking_stops_the_job(qwen3_
 
     def generate(parse_reasoning):
         return generate_chunk(
-            backend=backend,
+            AskedModel(
+                backend=backend,
+                prompt=prompt(chat_template_kwargs={"enable_thinking": False}),
+                sampling=GREEDY,
+                rows_per_flush=4,
+                fingerprint_files=[],
+                reasoning={"parse_reasoning": parse_reasoning, "end_reasoning_string": "</think>"},
+            ),
             prepared_path=tmp_path / "split.jsonl",
             output_path=tmp_path / "out.jsonl",
             chunk_index=0,
             num_chunks=1,
             random_seed=0,
-            prompt_config=prompt(chat_template_kwargs={"enable_thinking": False}),
-            sampling=GREEDY,
-            rows_per_flush=4,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": parse_reasoning, "end_reasoning_string": "</think>"},
         )
 
     with pytest.raises(SnakeskillsError, match="the model input already ends the thinking"):

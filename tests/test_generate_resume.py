@@ -13,6 +13,7 @@ from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
+from snakeskills.model_job import AskedModel
 from snakeskills.resumable import FINGERPRINT_KEY, progress_path_for
 
 PROMPT = {
@@ -42,17 +43,19 @@ def prepared(tmp_path):
 
 def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=SAMPLING, fingerprint_files=()):
     return generate_chunk(
-        backend=backend,
+        AskedModel(
+            backend=backend,
+            prompt=PROMPT,
+            sampling=sampling,
+            rows_per_flush=10,
+            fingerprint_files=list(fingerprint_files),
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        ),
         prepared_path=prepared,
         output_path=output,
         chunk_index=chunk_index,
         num_chunks=num_chunks,
         random_seed=3,
-        prompt_config=PROMPT,
-        sampling=sampling,
-        rows_per_flush=10,
-        fingerprint_files=list(fingerprint_files),
-        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 
@@ -174,17 +177,19 @@ def test_bf16_rows_depend_on_the_batch_but_a_resumed_job_still_equals_an_uninter
 
     def generate(backend, output):
         return generate_chunk(
-            backend=backend,
+            AskedModel(
+                backend=backend,
+                prompt=prompt,
+                sampling=sampling,
+                rows_per_flush=8,
+                fingerprint_files=[],
+                reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+            ),
             prepared_path=prepared,
             output_path=output,
             chunk_index=0,
             num_chunks=1,
             random_seed=0,
-            prompt_config=prompt,
-            sampling=sampling,
-            rows_per_flush=8,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
         )
 
     batched = hf_backend(smollm2, device="cpu", dtype="bfloat16", batch_size=8, threads=os.cpu_count())

@@ -16,6 +16,7 @@ from snakeskills.llm_judge import (
     llm_judge_chunk,
     parse_judgement,
 )
+from snakeskills.model_job import AskedModel
 from snakeskills.prompts import resolve_prompt
 from snakeskills.resumable import progress_path_for
 
@@ -88,14 +89,16 @@ def judged_chunk(tmp_path):
 
 def _judge(backend, judged_chunk, output):
     return llm_judge_chunk(
-        backend=backend,
+        AskedModel(
+            backend=backend,
+            prompt=PROMPT,
+            sampling=SAMPLING,
+            rows_per_flush=6,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        ),
         judged_path=judged_chunk,
         output_path=output,
-        prompt=PROMPT,
-        sampling=SAMPLING,
-        rows_per_flush=6,
-        fingerprint_files=[],
-        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 

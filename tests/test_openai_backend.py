@@ -20,6 +20,7 @@ from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
+from snakeskills.model_job import AskedModel
 from snakeskills.resumable import progress_path_for
 
 PROMPT = {
@@ -49,17 +50,19 @@ def prepared(tmp_path):
 
 def _generate(backend, prepared, output, rows_per_flush=4):
     return generate_chunk(
-        backend=backend,
+        AskedModel(
+            backend=backend,
+            prompt=PROMPT,
+            sampling=SAMPLING,
+            rows_per_flush=rows_per_flush,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        ),
         prepared_path=prepared,
         output_path=output,
         chunk_index=0,
         num_chunks=1,
         random_seed=0,
-        prompt_config=PROMPT,
-        sampling=SAMPLING,
-        rows_per_flush=rows_per_flush,
-        fingerprint_files=[],
-        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 
@@ -201,14 +204,16 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
     )
     backend = openai_backend(base_url=server.base_url, model=str(tiny_checkpoint), api="chat", max_concurrency=3)
     counts = llm_judge_chunk(
-        backend=backend,
+        AskedModel(
+            backend=backend,
+            prompt=prompt,
+            sampling=SAMPLING,
+            rows_per_flush=4,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        ),
         judged_path=judged,
         output_path=tmp_path / "out.jsonl",
-        prompt=prompt,
-        sampling=SAMPLING,
-        rows_per_flush=4,
-        fingerprint_files=[],
-        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
     assert counts["model_calls"] == 3 and counts["skipped_calls"] == 6
     out = read_jsonl(tmp_path / "out.jsonl")

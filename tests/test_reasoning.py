@@ -16,10 +16,10 @@ import pytest
 from conftest import resolved_prompt, run_snakemake, shrunk_default_config, write_config
 from servers import JsonHandler
 
-from snakeskills.generate import ReasoningReport, text_fields
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import extract_boxed
 from snakeskills.llm_judge import parse_judgement
+from snakeskills.model_job import AskedModel, ReasoningReport, text_fields
 from snakeskills.sft import select_sft_records
 
 PARSE = {"parse_reasoning": True, "end_reasoning_string": "</think>"}
@@ -57,7 +57,7 @@ def test_a_judge_that_never_ends_its_thinking_gives_no_verdict():
 
 
 def test_the_log_counts_finished_thinking_and_warns_where_parsing_is_off(caplog):
-    caplog.set_level(logging.INFO, logger="snakeskills.generate")
+    caplog.set_level(logging.INFO, logger="snakeskills.model_job")
     report = ReasoningReport("generation", PARSE, "generate chunk0-of-1.jsonl")
     report.add([text_fields(text, "generation", PARSE) for text in ("<think>a</think>1", "<think>b", "</think>2")])
     report.log()
@@ -265,17 +265,19 @@ def test_parse_reasoning_with_a_server_that_splits_the_thinking_off(tmp_path, ma
             base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="r1", api="chat", max_concurrency=2
         )
         generate_chunk(
-            backend=backend,
+            AskedModel(
+                backend=backend,
+                prompt=resolved_prompt(user="{problem}", chat_template=True),
+                sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens),
+                rows_per_flush=3,
+                fingerprint_files=[],
+                reasoning=PARSE,
+            ),
             prepared_path=tmp_path / "split.jsonl",
             output_path=tmp_path / "out.jsonl",
             chunk_index=0,
             num_chunks=1,
             random_seed=0,
-            prompt_config=resolved_prompt(user="{problem}", chat_template=True),
-            sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens),
-            rows_per_flush=3,
-            fingerprint_files=[],
-            reasoning=PARSE,
         )
     finally:
         server.shutdown()

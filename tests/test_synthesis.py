@@ -9,19 +9,19 @@ from conftest import default_section, hf_backend
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
+from snakeskills.contamination_check import NO_SHARED_WORD_JUDGEMENT, llm_contamination_check
 from snakeskills.data.synthetic import arithmetic_answer
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json, read_jsonl, write_jsonl
 from snakeskills.llm_judge import parse_judgement
+from snakeskills.model_job import AskedModel
 from snakeskills.prompts import resolve_prompt
 from snakeskills.resumable import progress_path_for
 from snakeskills.synthesis import (
-    NO_SHARED_WORD_JUDGEMENT,
     NgramIndex,
     filter_problems,
     funnel,
     label_problems,
-    llm_contamination_check,
     majority,
     parse_problem,
     problem_key,
@@ -226,17 +226,19 @@ def contamination_inputs(tmp_path):
 
 def _check(backend, folder, name):
     return llm_contamination_check(
-        backend=backend,
+        AskedModel(
+            backend=backend,
+            prompt=SAME_PROBLEM_PROMPT,
+            sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+            rows_per_flush=2,
+            fingerprint_files=[],
+            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        ),
         candidates_path=folder / "candidates.jsonl",
         eval_paths=[folder / "data/arithmetic/test.jsonl"],
         problems_path=folder / f"{name}-problems.jsonl",
         checked_path=folder / f"{name}-checked.jsonl",
         stats_path=folder / f"{name}-stats.json",
-        prompt=SAME_PROBLEM_PROMPT,
-        sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
-        rows_per_flush=2,
-        fingerprint_files=[],
-        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
     )
 
 

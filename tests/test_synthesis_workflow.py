@@ -23,8 +23,9 @@ import pytest
 import yaml
 from conftest import REPO, job_counts, run_snakemake, shrunk_default_config, write_config
 
+from snakeskills.contamination_check import NO_SHARED_WORD_JUDGEMENT
 from snakeskills.data.synthetic import arithmetic_answer
-from snakeskills.synthesis import NO_SHARED_WORD_JUDGEMENT, problem_key
+from snakeskills.synthesis import problem_key
 from snakeskills.workflow import snakemake_command
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,9 @@ import pytest
 from snakeskills.data.prepare import prepare_split
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.errors import SnakeskillsError
-from snakeskills.generate import chunk_bounds, row_seed
+from snakeskills.generate import chunk_bounds
 from snakeskills.io import atomic_open, concatenate_jsonl, read_jsonl, write_jsonl
+from snakeskills.model_job import row_seed
 from snakeskills.prompts import build_messages, fill_template, render_messages
 from snakeskills.sft import select_sft_records
 
