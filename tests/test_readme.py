@@ -1,29 +1,22 @@
-"""The README's config keys exist: every dotted key it names in backticks (`sft.training.batch_size`) and every
-key of its YAML config blocks resolve in config/schema.yaml, so the docs cannot drift from the schema."""
+"""The docs' config keys exist: every dotted key the README and docs/ name in backticks (`sft.training.batch_size`)
+and every key of their YAML config blocks resolve in config/schema.yaml, the configuration reference is what the
+schema says, and every link between the pages leads to a file and heading that exist, so the docs cannot drift."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
 from conftest import REPO
 
+from snakeskills.plan.reference import resolve_node
+
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-README = (REPO / "README.md").read_text()
-
-
-def _resolve(node: dict) -> list[dict]:
-    """The object schemas ``node`` may stand for: itself, its $ref, the branches of if/then/else and oneOf."""
-    if "$ref" in node:
-        name = node["$ref"].removeprefix("#/definitions/")
-        return _resolve(SCHEMA["definitions"][name])
-    nodes = [node]
-    for key in ("then", "else"):
-        if key in node:
-            nodes += _resolve(node[key])
-    for branch in node.get("oneOf", []) + node.get("anyOf", []):
-        nodes += _resolve(branch)
-    return nodes
+PAGES = {
+    path.relative_to(REPO): path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+}
+README = "\n".join(PAGES.values())
 
 
 def key_exists(path: list[str]) -> bool:
@@ -31,7 +24,7 @@ def key_exists(path: list[str]) -> bool:
     for name in path:
         children = []
         for node in nodes:
-            for resolved in _resolve(node):
+            for resolved in resolve_node(SCHEMA, node):
                 properties = resolved.get("properties", {})
                 if name in properties:
                     children.append(properties[name])
@@ -85,15 +78,56 @@ def test_the_checker_finds_real_and_unknown_keys():
     }
 
 
-def test_every_config_key_the_readme_names_is_in_the_schema():
+def test_every_config_key_the_docs_name_is_in_the_schema():
     keys = dotted_keys(README)
     assert len(keys) > 30, sorted(keys)
     unknown = sorted(key for key in keys if not key_exists(key.split(".")))
-    assert not unknown, f"README names config keys the schema lacks: {unknown}"
+    assert not unknown, f"the docs name config keys the schema lacks: {unknown}"
 
 
-def test_every_readme_config_block_is_in_the_schema():
+def test_every_config_block_of_the_docs_is_in_the_schema():
     blocks = config_blocks(README)
     assert blocks
     unknown = sorted(".".join(path) for block in blocks for path in yaml_key_paths(block) if not key_exists(list(path)))
-    assert not unknown, f"README config blocks use keys the schema lacks: {unknown}"
+    assert not unknown, f"the docs' config blocks use keys the schema lacks: {unknown}"
+
+
+def test_the_readme_config_block_is_a_valid_config():
+    from snakeskills.plan.checks import check_config
+    from snakeskills.plan.config import prepare_config
+
+    (config,) = config_blocks(PAGES[Path("README.md")])
+    prepare_config(config)
+    check_config(config, gpus_available=False)
+
+
+def test_the_configuration_reference_is_written_from_the_schema():
+    from snakeskills.plan.reference import config_reference
+
+    assert PAGES[Path("docs/configuration.md")] == config_reference(), (
+        "docs/configuration.md is out of date: python3 -m snakeskills.plan.reference > docs/configuration.md"
+    )
+    rows = [line for line in PAGES[Path("docs/configuration.md")].splitlines() if line.startswith("| `")]
+    assert len(rows) > 150 and not [row for row in rows if row.endswith("|  |")], "every key has a meaning"
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_between_pages_lead_to_files_and_headings_that_exist():
+    broken = []
+    for page, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            file, _, fragment = target.partition("#")
+            path = (REPO / page).parent / file if file else REPO / page
+            if not path.exists():
+                broken.append(f"{page}: {target} (no such file)")
+            elif fragment and path.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.MULTILINE)
+                if fragment not in {anchor(heading) for heading in headings}:
+                    broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, broken
