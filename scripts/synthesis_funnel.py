@@ -1,4 +1,4 @@
-from snakeskills.synthesis import write_funnel
+from snakeskills.synthesis_funnel import write_funnel
 from snakeskills.workflow import script_logging
 
 with script_logging(snakemake.log[0]) as logger:

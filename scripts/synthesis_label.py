@@ -1,4 +1,4 @@
-from snakeskills.synthesis import exact_answer_function, write_labels
+from snakeskills.majority_labels import exact_answer_function, write_labels
 from snakeskills.workflow import script_logging
 
 with script_logging(snakemake.log[0]):

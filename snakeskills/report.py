@@ -270,7 +270,7 @@ def plot_synthesis_funnel(rows: list[dict], output_path: str | Path) -> None:
     clean of contamination, labelled), one group of bars each, with the label accuracy where it was checked."""
     from matplotlib import colormaps
 
-    from snakeskills.synthesis import FUNNEL_STEPS
+    from snakeskills.synthesis_funnel import FUNNEL_STEPS
 
     figure, (axis,) = _figure(1, panel_width=max(4.8, 1.6 * len(rows) + 3.5))
     width = 0.8 / len(FUNNEL_STEPS)

@@ -1,4 +1,5 @@
-"""Problem synthesis (snakeskills/synthesis.py): sources, parsing, normalized dedup, n-gram decontamination, the LLM
+"""Problem synthesis (snakeskills/synthesis.py, majority_labels.py, synthesis_funnel.py,
+contamination_check.py): sources, parsing, normalized dedup, n-gram decontamination, the LLM
 contamination check (through the real hf backend, an untrained tiny Llama as the judge model) and majority labels
 over math-verify equivalence classes, as plain functions."""
 
@@ -14,20 +15,19 @@ from snakeskills.data.synthetic import arithmetic_answer
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json, read_jsonl, write_jsonl
 from snakeskills.llm_judge import parse_judgement
+from snakeskills.majority_labels import label_problems, majority
 from snakeskills.model_job import AskedModel
 from snakeskills.prompts import resolve_prompt
 from snakeskills.resumable import progress_path_for
 from snakeskills.synthesis import (
     NgramIndex,
     filter_problems,
-    funnel,
-    label_problems,
-    majority,
     parse_problem,
     problem_key,
     select_sources,
     solved_shares,
 )
+from snakeskills.synthesis_funnel import funnel
 
 GSM8K_LIKE = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "

@@ -7,39 +7,26 @@ which other rows share its batch or chunk (the same contract as vLLM's per-reque
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from snakeskills.backends.types import (
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    context_overflow,
+    truncate_at_stop,
+)
 from snakeskills.errors import SnakeskillsError
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float
-    top_p: float
-    top_k: int
-    max_new_tokens: int
-    stop: tuple[str, ...] = field(default_factory=tuple)
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One prompt, in the form its backend takes: token ids (hf, vllm), messages (chat APIs, the model
-    server) or text (a completions API); see ``build_request``."""
-
-    seed: int
-    prompt_token_ids: tuple[int, ...] | None = None  # what the model continues (prompts.model_input_ids)
-    messages: tuple[dict, ...] | None = None  # the conversation, for chat APIs that apply their own template
-    prompt: str | None = None  # the rendered text, for completions APIs that tokenize it themselves
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    generation: str
-    num_generated_tokens: int
-    finish_reason: str  # "stop" (EOS or a stop string), "length", or "error" (a soft failure)
-    error: str | None = None  # why a soft failure produced no generation (e.g. the prompt is too long)
-    # the reasoning an OpenAI-compatible server split off the text (a reasoning parser: message.reasoning_content)
-    reasoning_content: str | None = None
+__all__ = [
+    "GenerationRequest",
+    "GenerationResult",
+    "SamplingParams",
+    "backend_from_config",
+    "build_backend",
+    "build_request",
+    "context_overflow",
+    "sampling_from_config",
+    "truncate_at_stop",
+]
 
 
 def build_backend(name: str, **options):
@@ -56,14 +43,6 @@ def build_backend(name: str, **options):
     return BACKENDS[name].build(**options)
 
 
-def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
-    """Cut ``text`` at the earliest stop string; returns the text and whether a stop string was hit."""
-    cut = min((index for index in (text.find(marker) for marker in stop) if index >= 0), default=-1)
-    if cut < 0:
-        return text, False
-    return text[:cut], True
-
-
 def sampling_from_config(sampling: dict, prompt: dict) -> SamplingParams:
     """``generation.sampling`` (schema defaults filled) -> ``SamplingParams``, plus the prompt template's stops."""
     return SamplingParams(
@@ -72,27 +51,6 @@ def sampling_from_config(sampling: dict, prompt: dict) -> SamplingParams:
         top_k=sampling["top_k"],
         max_new_tokens=sampling["max_new_tokens"],
         stop=tuple(dict.fromkeys([*sampling["stop"], *prompt["stop"]])),
-    )
-
-
-def context_overflow(
-    num_prompt_tokens: int, max_new_tokens: int, context_length: int | None
-) -> GenerationResult | None:
-    """The soft failure of a prompt that leaves no room for ``max_new_tokens`` in the model's context, or None.
-
-    Such a row gets an empty ``generation`` with ``finish_reason: error`` (as the openai backend reports a
-    server's context-length refusal) instead of failing the whole job or being silently cut.
-    """
-    if context_length is None or num_prompt_tokens + max_new_tokens <= context_length:
-        return None
-    return GenerationResult(
-        generation="",
-        num_generated_tokens=0,
-        finish_reason="error",
-        error=(
-            f"prompt of {num_prompt_tokens} tokens + max_new_tokens {max_new_tokens} exceeds the model's context "
-            f"of {context_length} tokens"
-        ),
     )
 
 

@@ -7,6 +7,9 @@ Each row's token is drawn by ``draw_tokens``: Gumbel noise hashed from (row seed
 model's device is added to the (top-k/top-p filtered) logits and the argmax taken, an exact draw from the
 filtered softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a resumed
 or re-chunked run reproduces the same samples.
+
+One module of about 600 lines: the decoding loop, its batch layout (shared prompt opening, padding), KV cache,
+sampling and stop handling share their state and are read together.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 
-from snakeskills.backends import (
+from snakeskills.backends.types import (
     GenerationRequest,
     GenerationResult,
     SamplingParams,

@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
 from snakeskills.errors import SnakeskillsError
 from snakeskills.runtime_folder import private_directory
 
@@ -214,12 +214,12 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
     def __init__(self, socket_path: str, options: dict, jobs_per_load: int):
-        from snakeskills.backends import build_backend
+        from snakeskills.backends.specs import BACKENDS
 
         options = dict(options)
         name = options.pop("backend")
         started = time.monotonic()
-        self.backend = build_backend(name, **options)
+        self.backend = BACKENDS[name].build(**options)
         self.load_id = f"{os.getpid()}-{int(time.time())}"
         logger.info(
             "loaded model for %s in %.1fs (load %s)", options["model_path"], time.monotonic() - started, self.load_id

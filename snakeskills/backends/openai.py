@@ -17,7 +17,7 @@ import logging
 import os
 import random
 
-from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from snakeskills.backends import GenerationRequest, GenerationResult, SamplingParams, context_overflow
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, context_overflow
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)

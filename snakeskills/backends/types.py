@@ -1,0 +1,65 @@
+"""The interface every backend speaks: sampling parameters, a request (one prompt with its own seed), a result,
+and the helpers backends share (stop strings, a prompt too long for the model's context)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt, in the form its backend takes: token ids (hf, vllm), messages (chat APIs, the model
+    server) or text (a completions API); see ``build_request``."""
+
+    seed: int
+    prompt_token_ids: tuple[int, ...] | None = None  # what the model continues (prompts.model_input_ids)
+    messages: tuple[dict, ...] | None = None  # the conversation, for chat APIs that apply their own template
+    prompt: str | None = None  # the rendered text, for completions APIs that tokenize it themselves
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    generation: str
+    num_generated_tokens: int
+    finish_reason: str  # "stop" (EOS or a stop string), "length", or "error" (a soft failure)
+    error: str | None = None  # why a soft failure produced no generation (e.g. the prompt is too long)
+    # the reasoning an OpenAI-compatible server split off the text (a reasoning parser: message.reasoning_content)
+    reasoning_content: str | None = None
+
+
+def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """Cut ``text`` at the earliest stop string; returns the text and whether a stop string was hit."""
+    cut = min((index for index in (text.find(marker) for marker in stop) if index >= 0), default=-1)
+    if cut < 0:
+        return text, False
+    return text[:cut], True
+
+
+def context_overflow(
+    num_prompt_tokens: int, max_new_tokens: int, context_length: int | None
+) -> GenerationResult | None:
+    """The soft failure of a prompt that leaves no room for ``max_new_tokens`` in the model's context, or None.
+
+    Such a row gets an empty ``generation`` with ``finish_reason: error`` (as the openai backend reports a
+    server's context-length refusal) instead of failing the whole job or being silently cut.
+    """
+    if context_length is None or num_prompt_tokens + max_new_tokens <= context_length:
+        return None
+    return GenerationResult(
+        generation="",
+        num_generated_tokens=0,
+        finish_reason="error",
+        error=(
+            f"prompt of {num_prompt_tokens} tokens + max_new_tokens {max_new_tokens} exceeds the model's context "
+            f"of {context_length} tokens"
+        ),
+    )
