@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import hf_backend, run_snakemake, shrunk_default_config, training_section, write_config
+from conftest import hf_backend, resolved_prompt, run_snakemake, shrunk_default_config, training_section, write_config
 
 from snakeskills.backends import SamplingParams, build_request
 from snakeskills.io import write_jsonl
@@ -45,14 +45,7 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
     assert sorted(path.name for path in output.parent.iterdir()) == ["checkpoint"], "no staging or trainer folder"
     assert log.read_text().count("fully fine-tuning") == 2, "both processes trained"
     backend = hf_backend(str(output), device="cpu", batch_size=4)
-    prompt = {
-        "system": None,
-        "user": "{problem}=",
-        "examples": "",
-        "chat_template": False,
-        "chat_template_kwargs": {},
-        "stop": [],
-    }
+    prompt = resolved_prompt(user="{problem}=")
     requests = [build_request(backend, prompt, {"problem": f"{i}+{i}"}, 0) for i in range(4)]
     greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=2)
     assert [result.generation for result in backend.generate(requests, greedy)] == ["7"] * 4, "it learned the answer"

@@ -16,14 +16,7 @@ from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.model_job import AskedModel
 from snakeskills.resumable import FINGERPRINT_KEY, progress_path_for
 
-PROMPT = {
-    "system": None,
-    "user": "{problem}=",
-    "examples": "",
-    "chat_template": False,
-    "chat_template_kwargs": {},
-    "stop": [],
-}
+PROMPT = resolved_prompt(user="{problem}=")
 SAMPLING = SamplingParams(temperature=1.0, top_p=0.9, top_k=0, max_new_tokens=6)
 
 

@@ -6,18 +6,11 @@ import importlib.util
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, dry_run_counts, generation_section, hf_backend
+from conftest import DEFAULT_CONFIG, dry_run_counts, generation_section, hf_backend, resolved_prompt
 
 from snakeskills.backends import SamplingParams, build_request
 
-PROMPT = {
-    "system": None,
-    "user": "{problem}=",
-    "examples": "",
-    "chat_template": False,
-    "chat_template_kwargs": {},
-    "stop": [],
-}
+PROMPT = resolved_prompt(user="{problem}=")
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ import logging
 import threading
 
 import pytest
-from conftest import hf_backend, openai_backend
+from conftest import hf_backend, openai_backend, resolved_prompt
 from servers import JsonHandler, TransformersServer
 
 from snakeskills.backends import SamplingParams
@@ -23,14 +23,7 @@ from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.model_job import AskedModel
 from snakeskills.resumable import progress_path_for
 
-PROMPT = {
-    "system": None,
-    "user": "{problem}=",
-    "examples": "",
-    "chat_template": False,
-    "chat_template_kwargs": {},
-    "stop": [],
-}
+PROMPT = resolved_prompt(user="{problem}=")
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5)
 
 

@@ -13,7 +13,7 @@ import types
 
 import pytest
 import torch
-from conftest import hf_backend, openai_backend, sft_training_rows, training_section
+from conftest import hf_backend, openai_backend, resolved_prompt, sft_training_rows, training_section
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
@@ -77,14 +77,7 @@ def test_llama3_like_tokenizer_gets_one_bos_in_every_path(tiny_checkpoint):
     assert tokenizer("1+1")["input_ids"][0] == bos and build_char_tokenizer().chat_template.startswith("{{ bos_token")
     backend = hf_backend(str(tiny_checkpoint), device="cpu", threads=1)
     for chat_template in (True, False):
-        prompt = {
-            "system": None,
-            "user": "{problem}=",
-            "examples": "",
-            "chat_template": chat_template,
-            "chat_template_kwargs": {},
-            "stop": [],
-        }
+        prompt = resolved_prompt(user="{problem}=", chat_template=chat_template)
         generation_ids = build_request(backend, prompt, {"problem": "1+1"}, 0).prompt_token_ids
         messages = [*build_messages(prompt, {"problem": "1+1"}), {"role": "assistant", "content": "2"}]
         example = to_prompt_completion(

@@ -87,7 +87,7 @@ def test_sft_trains_on_the_whole_text_of_a_reasoning_model(tmp_path):
     rows[0].update(text_fields("<think>1+1</think>\\boxed{2}", "generation", PARSE), num_generated_tokens=9)
     rows[1].update(generation="\\boxed{3}", num_generated_tokens=4)  # a model that does not think
     write_jsonl(judged, rows)
-    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "chat_template_kwargs": {}}
+    prompt = resolved_prompt(user="{problem}=")
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     records, counts = select_sft_records([judged], ["base"], [prompt], filters)
@@ -102,7 +102,7 @@ def test_no_sft_data_from_a_model_that_never_ends_its_thinking_says_why(tmp_path
     row = {"id": "p0", "problem": "1+1", "expected_answer": "2", "symbolic_correct": False, "finish_reason": "stop"}
     row.update(text_fields("2", "generation", PARSE), num_generated_tokens=1)  # SmolLM2 answers without thinking
     write_jsonl(tmp_path / "judged.jsonl", [row])
-    prompt = {"system": None, "user": "{problem}=", "examples": "", "chat_template": False, "chat_template_kwargs": {}}
+    prompt = resolved_prompt(user="{problem}=")
     filters = {"correct_only": True, "score": "symbolic_correct", "max_generation_tokens": None}
     filters.update(dedup=True, max_per_problem=None)
     with pytest.raises(SnakeskillsError, match="none of the 1 generations ended its thinking"):

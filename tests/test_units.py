@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import resolved_prompt
 
 from snakeskills.data.prepare import prepare_split
 from snakeskills.data.synthetic import arithmetic_splits
@@ -352,14 +353,7 @@ def test_prepare_split_synthetic_matches_generator():
 
 # ---------------------------------------------------------------- sft
 
-PROMPT = {
-    "system": "Solve.",
-    "user": "Q: {problem}",
-    "examples": "",
-    "chat_template": False,
-    "chat_template_kwargs": {},
-    "stop": [],
-}
+PROMPT = resolved_prompt(system="Solve.", user="Q: {problem}")
 FILTERS = {
     "correct_only": True,
     "score": "symbolic_correct",
