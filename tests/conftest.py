@@ -120,6 +120,23 @@ def resolved_prompt(**settings) -> dict:
     return resolve_prompt(config["prompt"])
 
 
+NO_REASONING = {"parse_reasoning": False, "end_reasoning_string": "</think>"}
+
+
+def asked_model(backend, prompt, sampling, *, rows_per_flush, fingerprint_files=(), reasoning=NO_REASONING):
+    """The model a job asks (``model_job.AskedModel``), as a test builds it: no settings file, no reasoning parse."""
+    from snakeskills.model_job import AskedModel
+
+    return AskedModel(
+        backend=backend,
+        prompt=prompt,
+        sampling=sampling,
+        reasoning=reasoning,
+        rows_per_flush=rows_per_flush,
+        fingerprint_files=list(fingerprint_files),
+    )
+
+
 def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
     """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
     from snakeskills.backends import build_backend, local_backend_options

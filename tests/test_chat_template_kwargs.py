@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import hf_backend, openai_backend, resolved_prompt
+from conftest import asked_model, hf_backend, openai_backend, resolved_prompt
 from servers import TransformersServer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
 from snakeskills.errors import SnakeskillsError
-from snakeskills.model_job import AskedModel
 from snakeskills.plan.checks import check_config
 from snakeskills.plan.config import DEFAULT_CONFIG, prepare_config
 from snakeskills.plan.folders import check_model_paths
@@ -259,12 +258,11 @@ def test_parse_reasoning_on_a_prompt_that_ends_the_thinking_stops_the_job(qwen3_
 
     def generate(parse_reasoning):
         return generate_chunk(
-            AskedModel(
-                backend=backend,
-                prompt=prompt(chat_template_kwargs={"enable_thinking": False}),
-                sampling=GREEDY,
+            asked_model(
+                backend,
+                prompt(chat_template_kwargs={"enable_thinking": False}),
+                GREEDY,
                 rows_per_flush=4,
-                fingerprint_files=[],
                 reasoning={"parse_reasoning": parse_reasoning, "end_reasoning_string": "</think>"},
             ),
             prepared_path=tmp_path / "split.jsonl",

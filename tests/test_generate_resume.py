@@ -6,14 +6,13 @@ import dataclasses
 import os
 
 import pytest
-from conftest import hf_backend, resolved_prompt
+from conftest import asked_model, hf_backend, resolved_prompt
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
 from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.model_job import AskedModel
 from snakeskills.resumable import FINGERPRINT_KEY, progress_path_for
 
 PROMPT = resolved_prompt(user="{problem}=")
@@ -36,14 +35,7 @@ def prepared(tmp_path):
 
 def _generate(backend, prepared, output, chunk_index=0, num_chunks=1, sampling=SAMPLING, fingerprint_files=()):
     return generate_chunk(
-        AskedModel(
-            backend=backend,
-            prompt=PROMPT,
-            sampling=sampling,
-            rows_per_flush=10,
-            fingerprint_files=list(fingerprint_files),
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        ),
+        asked_model(backend, PROMPT, sampling, rows_per_flush=10, fingerprint_files=list(fingerprint_files)),
         prepared_path=prepared,
         output_path=output,
         chunk_index=chunk_index,
@@ -170,14 +162,7 @@ def test_bf16_rows_depend_on_the_batch_but_a_resumed_job_still_equals_an_uninter
 
     def generate(backend, output):
         return generate_chunk(
-            AskedModel(
-                backend=backend,
-                prompt=prompt,
-                sampling=sampling,
-                rows_per_flush=8,
-                fingerprint_files=[],
-                reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
-            ),
+            asked_model(backend, prompt, sampling, rows_per_flush=8),
             prepared_path=prepared,
             output_path=output,
             chunk_index=0,

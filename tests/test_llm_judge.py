@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import hf_backend
+from conftest import asked_model, hf_backend
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -16,7 +16,6 @@ from snakeskills.llm_judge import (
     llm_judge_chunk,
     parse_judgement,
 )
-from snakeskills.model_job import AskedModel
 from snakeskills.prompts import resolve_prompt
 from snakeskills.resumable import progress_path_for
 
@@ -89,14 +88,7 @@ def judged_chunk(tmp_path):
 
 def _judge(backend, judged_chunk, output):
     return llm_judge_chunk(
-        AskedModel(
-            backend=backend,
-            prompt=PROMPT,
-            sampling=SAMPLING,
-            rows_per_flush=6,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        ),
+        asked_model(backend, PROMPT, SAMPLING, rows_per_flush=6),
         judged_path=judged_chunk,
         output_path=output,
     )

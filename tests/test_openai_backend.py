@@ -12,7 +12,7 @@ import logging
 import threading
 
 import pytest
-from conftest import hf_backend, openai_backend, resolved_prompt
+from conftest import asked_model, hf_backend, openai_backend, resolved_prompt
 from servers import JsonHandler, TransformersServer
 
 from snakeskills.backends import SamplingParams
@@ -20,7 +20,6 @@ from snakeskills.data.synthetic import arithmetic_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import generate_chunk
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.model_job import AskedModel
 from snakeskills.resumable import progress_path_for
 
 PROMPT = resolved_prompt(user="{problem}=")
@@ -43,14 +42,7 @@ def prepared(tmp_path):
 
 def _generate(backend, prepared, output, rows_per_flush=4):
     return generate_chunk(
-        AskedModel(
-            backend=backend,
-            prompt=PROMPT,
-            sampling=SAMPLING,
-            rows_per_flush=rows_per_flush,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        ),
+        asked_model(backend, PROMPT, SAMPLING, rows_per_flush=rows_per_flush),
         prepared_path=prepared,
         output_path=output,
         chunk_index=0,
@@ -197,14 +189,7 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
     )
     backend = openai_backend(base_url=server.base_url, model=str(tiny_checkpoint), api="chat", max_concurrency=3)
     counts = llm_judge_chunk(
-        AskedModel(
-            backend=backend,
-            prompt=prompt,
-            sampling=SAMPLING,
-            rows_per_flush=4,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        ),
+        asked_model(backend, prompt, SAMPLING, rows_per_flush=4),
         judged_path=judged,
         output_path=tmp_path / "out.jsonl",
     )

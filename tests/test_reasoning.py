@@ -13,13 +13,13 @@ import json
 import logging
 
 import pytest
-from conftest import resolved_prompt, run_snakemake, shrunk_default_config, write_config
+from conftest import asked_model, resolved_prompt, run_snakemake, shrunk_default_config, write_config
 from servers import JsonHandler
 
 from snakeskills.io import read_jsonl, write_jsonl
 from snakeskills.judge import extract_boxed
 from snakeskills.llm_judge import parse_judgement
-from snakeskills.model_job import AskedModel, ReasoningReport, text_fields
+from snakeskills.model_job import ReasoningReport, text_fields
 from snakeskills.sft import select_sft_records
 
 PARSE = {"parse_reasoning": True, "end_reasoning_string": "</think>"}
@@ -265,12 +265,11 @@ def test_parse_reasoning_with_a_server_that_splits_the_thinking_off(tmp_path, ma
             base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", model="r1", api="chat", max_concurrency=2
         )
         generate_chunk(
-            AskedModel(
-                backend=backend,
-                prompt=resolved_prompt(user="{problem}", chat_template=True),
-                sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens),
+            asked_model(
+                backend,
+                resolved_prompt(user="{problem}", chat_template=True),
+                SamplingParams(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=max_new_tokens),
                 rows_per_flush=3,
-                fingerprint_files=[],
                 reasoning=PARSE,
             ),
             prepared_path=tmp_path / "split.jsonl",

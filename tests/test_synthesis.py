@@ -6,7 +6,7 @@ over math-verify equivalence classes, as plain functions."""
 from __future__ import annotations
 
 import pytest
-from conftest import default_section, hf_backend
+from conftest import asked_model, default_section, hf_backend
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -16,7 +16,6 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json, read_jsonl, write_jsonl
 from snakeskills.llm_judge import parse_judgement
 from snakeskills.majority_labels import label_problems, majority
-from snakeskills.model_job import AskedModel
 from snakeskills.prompts import resolve_prompt
 from snakeskills.resumable import progress_path_for
 from snakeskills.synthesis import (
@@ -226,13 +225,11 @@ def contamination_inputs(tmp_path):
 
 def _check(backend, folder, name):
     return llm_contamination_check(
-        AskedModel(
-            backend=backend,
-            prompt=SAME_PROBLEM_PROMPT,
-            sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
+        asked_model(
+            backend,
+            SAME_PROBLEM_PROMPT,
+            SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8),
             rows_per_flush=2,
-            fingerprint_files=[],
-            reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
         ),
         candidates_path=folder / "candidates.jsonl",
         eval_paths=[folder / "data/arithmetic/test.jsonl"],
