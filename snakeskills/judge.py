@@ -9,6 +9,10 @@ Equivalence (``judge.equivalence``):
   comparisons run in worker processes with a hard per-sample time limit (see ``timed_pool``); a
   sample over the limit counts as incorrect and is logged.
 - ``exact``: normalised string equality or equal exact rationals (``0.5`` == ``1/2``); no sympy.
+- a user's own, ``module:function`` (expected, predicted) -> bool, run in the job's process.
+
+Extraction (``judge.extraction``): ``EXTRACTORS`` by name, or a user's own, ``module:function`` (text, regex) ->
+the answer or ``None`` (``snakeskills.registry``).
 
 Multiple choice (``judge.extraction: multichoice``, a benchmark whose ``expected_answer`` is an option letter):
 the predicted answer is one letter, from the last ``\\boxed{}`` (or ``judge.regex``), else from the last
@@ -19,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 from snakeskills.code_execution import NO_CODE, extract_program, row_check, run_many
 from snakeskills.errors import SnakeskillsError
+from snakeskills.registry import choose
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +57,6 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-EXTRACTION_METHODS = ("boxed", "regex", "multichoice", "code")
 # "Answer: C", "**Answer:** (C)", "answer: c": the answer line multiple-choice prompts ask for
 _ANSWER_LINE = re.compile(r"(?i)[*_]{0,2}answer[*_]{0,2}\s*:[\s*_]{0,2}\s*\(?([A-Z])(?![a-zA-Z0-9])")
 # a capital letter standing alone: "C", "(C)", "C. 42", "\text{C}"
@@ -83,25 +88,33 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
     return lines[-1].upper() if lines else None
 
 
-def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
-    """The predicted answer of one generation.
+def extract_boxed_or_regex(text: str, regex: str | None) -> str | None:
+    """``boxed``: the last ``\\boxed{}``, else the last match of ``regex`` (its first group if it has one)."""
+    answer = extract_boxed(text)
+    return answer if answer is not None else _last_regex_match(text, regex)
 
-    ``method: boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match,
-    first group if it has one) when given; ``method: regex`` uses only the regex; ``method: multichoice`` an
-    option letter (``extract_choice``); ``method: code`` a program (``code_execution.extract_program``).
+
+# judge.extraction: how an answer is read from a text, by name; a user's own is ``module:function`` (text, regex)
+EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
+    "boxed": extract_boxed_or_regex,
+    "regex": lambda text, regex: _last_regex_match(text, regex),
+    "multichoice": lambda text, regex: extract_choice(text, regex=regex),
+    "code": lambda text, regex: extract_program(text),
+}
+
+
+def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
+    """The predicted answer of one generation, by ``EXTRACTORS[method]`` or a user's ``module:function``.
+
+    ``boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match, first group if it has
+    one) when given; ``regex`` uses only the regex; ``multichoice`` an option letter (``extract_choice``); ``code``
+    a program (``code_execution.extract_program``). An open answer (every method but those two) is stripped, and
+    an empty one is no answer.
     """
-    if method not in EXTRACTION_METHODS:
-        raise SnakeskillsError(f"judge.extraction: unknown method {method!r}; known: {', '.join(EXTRACTION_METHODS)}")
-    if method == "multichoice":
-        return extract_choice(text, regex=regex)
-    if method == "code":
-        return extract_program(text)
-    answer = extract_boxed(text) if method == "boxed" else None
-    if answer is None:
-        answer = _last_regex_match(text, regex)
-    if answer is None:
-        return None
-    answer = answer.strip()
+    answer = choose(EXTRACTORS, method, "judge.extraction")(text, regex)
+    if method in ("multichoice", "code") or answer is None:
+        return answer
+    answer = str(answer).strip()
     return answer if answer else None
 
 
@@ -195,6 +208,14 @@ def _silence_math_verify():
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+# judge.equivalence: whether a predicted answer is the expected one, by name; a user's own is ``module:function``
+# (expected, predicted); math-verify runs in timed worker processes (``symbolic_verdicts``)
+EQUIVALENCES: dict[str, Callable[[str, str], bool]] = {
+    "math-verify": lambda expected, predicted: math_verify_equal(expected, predicted),
+    "exact": lambda expected, predicted: exact_match(predicted, expected),
+}
+
+
 def _math_verify_task(expected: str, predicted: str) -> bool:
     _silence_math_verify()
     return math_verify_equal(expected, predicted)
@@ -209,10 +230,9 @@ def symbolic_verdicts(
     memory_limit_mb: int | None,
 ) -> list[bool]:
     """``symbolic_correct`` for each (expected, predicted) pair; counts of each path are logged."""
-    if equivalence == "exact":
-        return [exact_match(predicted, expected) for expected, predicted in pairs]
-    if equivalence != "math-verify":
-        raise SnakeskillsError(f"judge.equivalence: unknown value {equivalence!r}; known: math-verify, exact")
+    if equivalence != "math-verify":  # compared in this process
+        same = choose(EQUIVALENCES, equivalence, "judge.equivalence")
+        return [predicted is not None and bool(same(expected, predicted)) for expected, predicted in pairs]
     verdicts = [quick_verdict(expected, predicted) for expected, predicted in pairs]
     undecided = [index for index, verdict in enumerate(verdicts) if verdict is None]
     # many samples repeat an answer: compare each distinct (expected, predicted) pair once

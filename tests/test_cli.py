@@ -46,8 +46,9 @@ def _params(settings: dict):
     return argparse.Namespace(judge=JobSettings(settings))
 
 
-def run_cli(*arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakeskills.cli", *arguments], capture_output=True, text=True)
+def run_cli(*arguments: str, cwd=None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakeskills.cli", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd)
 
 
 def test_judge_command_judges_a_chunk(tmp_path):
@@ -78,6 +79,27 @@ def test_judge_command_judges_a_chunk(tmp_path):
     judged = read_jsonl(tmp_path / "judged.jsonl")
     assert [row["symbolic_correct"] for row in judged] == [True, False]
     assert [row["predicted_answer"] for row in judged] == ["2", None]
+
+
+def test_a_judge_job_finds_a_users_extraction_in_the_working_directory(tmp_path):
+    """As a workflow's judge job runs (`python -m snakeskills.cli` in the run's folder): a module there is the
+    user's `module:function`."""
+    (tmp_path / "answers.py").write_text("def after_equals(text, regex):\n    return text.rpartition('=')[2] or None\n")
+    write_jsonl(
+        tmp_path / "chunk.jsonl", [{"id": "a", "problem": "1+1", "expected_answer": "2", "generation": "1+1=2"}]
+    )
+    settings = {"extraction": "answers:after_equals", "regex": None, "equivalence": "exact"}
+    settings.update(timeout_seconds=5, memory_limit_mb=None)
+    process = run_cli(
+        *("judge", "--settings-json", json.dumps(settings), "--threads", "1", "--input", "chunk.jsonl"),
+        *("--output", "judged.jsonl", "--log", "judge.log"),
+        cwd=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr
+    assert (
+        read_jsonl(tmp_path / "judged.jsonl")[0] | {"predicted_answer": "2", "symbolic_correct": True}
+        == (read_jsonl(tmp_path / "judged.jsonl")[0])
+    )
 
 
 def test_bad_settings_fail_naming_the_argument_or_file(tmp_path):

@@ -78,7 +78,9 @@ def test_extract_answer_regex_method():
 
 
 def test_extract_answer_unknown_method():
-    with pytest.raises(SnakeskillsError, match="unknown method 'box'"):
+    with pytest.raises(
+        SnakeskillsError, match="judge.extraction: unknown 'box'; known: boxed, regex, multichoice, code"
+    ):
         extract_answer(r"\boxed{1}", method="box", regex=None)
 
 
@@ -231,3 +233,62 @@ def test_judge_records_keeps_records_and_uses_regex_fallback():
 def test_unknown_equivalence_names_the_key():
     with pytest.raises(SnakeskillsError, match="judge.equivalence"):
         judge_answers([("1", r"\boxed{0.5}")], equivalence="sympy")
+
+
+# ---------------------------------------------------------------- a user's own extraction and equivalence
+
+USER_JUDGE = '''
+import re
+
+
+def last_number(text, regex):
+    """The last number in the text, however it is written."""
+    numbers = re.findall(r"-?\\d+", text)
+    return numbers[-1] if numbers else None
+
+
+def same_parity(expected, predicted):
+    return int(expected) % 2 == int(predicted) % 2
+'''
+
+
+@pytest.fixture
+def user_judge(tmp_path, monkeypatch):
+    """A user's module of judge functions, importable as `my_judge` (on sys.path, as a working directory is)."""
+    (tmp_path / "my_judge.py").write_text(USER_JUDGE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_users_extraction_and_equivalence_are_chosen_by_module_and_function(user_judge):
+    judged = judge_answers(
+        [("7", "so 3 + 4 gives 7."), ("8", "no digits here"), ("8", "it is 10")],
+        extraction="my_judge:last_number",
+        equivalence="my_judge:same_parity",
+    )
+    assert [record["predicted_answer"] for record in judged] == ["7", None, "10"]
+    assert [record["symbolic_correct"] for record in judged] == [True, False, True]
+    # a built-in equivalence after a user's extraction
+    judged = judge_answers([("7", "the answer: 7"), ("7", "the answer: 8")], extraction="my_judge:last_number")
+    assert [record["symbolic_correct"] for record in judged] == [True, False]
+
+
+def test_a_users_judge_function_that_does_not_import_stops_the_plan_naming_the_key(user_judge):
+    import yaml
+    from conftest import DEFAULT_CONFIG, checked_config
+
+    def plan(**judge):
+        config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+        config["judge"] = judge.pop("judge", {})
+        config["benchmarks"]["arithmetic"]["judge"] = judge
+        return checked_config(config)
+
+    assert plan(judge={"equivalence": "my_judge:same_parity"})["judge"]["equivalence"] == "my_judge:same_parity"
+    with pytest.raises(SnakeskillsError, match="config key judge.extraction: 'my_judge:lastnumber'.*no function"):
+        plan(judge={"extraction": "my_judge:lastnumber"})
+    with pytest.raises(SnakeskillsError, match="config key benchmarks.arithmetic.judge.equivalence: 'nowhere:same'"):
+        plan(equivalence="nowhere:same")
+    with pytest.raises(SnakeskillsError, match="'boxd' is not one of boxed, regex, multichoice, code, or your own"):
+        plan(judge={"extraction": "boxd"})
+    with pytest.raises(SnakeskillsError, match="unknown 'sympy'; known: math-verify, exact, or your own"):
+        judge_answers([("1", r"\boxed{1}")], equivalence="sympy")

@@ -13,6 +13,7 @@ from snakeskills.plan.sections import benchmark_judge, benchmark_prompt, generat
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.values import check_model_name, check_regex
+from snakeskills.registry import is_user_function, load_user_function
 
 
 def check_config(config: dict, *, gpus_available: bool) -> None:
@@ -110,8 +111,9 @@ def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: di
 
 def _check_benchmark_questions(config: dict) -> None:
     """The student's prompt and each benchmark's own must resolve (a template that exists, format strings that
-    parse), a benchmark's judge regex compile, a multiple-choice benchmark be judged as one (a math judge would
-    compare letters with math-verify), and code be judged by running tests, on a benchmark that has them."""
+    parse), a benchmark's judge regex compile, a user's extraction or equivalence function import, a
+    multiple-choice benchmark be judged as one (a math judge would compare letters with math-verify), and code be
+    judged by running tests, on a benchmark that has them."""
     from snakeskills.prompts import resolve_prompt
 
     resolve_prompt(config["prompt"])
@@ -120,7 +122,12 @@ def _check_benchmark_questions(config: dict) -> None:
         check_regex(spec["judge"].get("regex"), f"{key}.judge.regex")
         if spec["prompt"]:
             resolve_prompt(benchmark_prompt(config["prompt"], spec), f"{key}.prompt")
-        extraction = benchmark_judge(config, benchmark)["extraction"]
+        judge = benchmark_judge(config, benchmark)
+        for name in ("extraction", "equivalence"):  # a user's function must import now, not in the first judge job
+            if is_user_function(judge.get(name, "")):
+                own = name in spec["judge"]
+                load_user_function(judge[name], f"{key}.judge.{name}" if own else f"judge.{name}")
+        extraction = judge["extraction"]
         if spec["multiple_choice"] is not None and extraction != "multichoice":
             raise SnakeskillsError(
                 f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "

@@ -77,11 +77,16 @@ def _error_lines(error) -> list[str]:
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
         return [f"{where}: expected {expected}, got {value}"]
+    if error.validator == "pattern" and error.validator_value.endswith(_USER_FUNCTION_CHOICE):
+        names = error.validator_value.removeprefix("^(").removesuffix(_USER_FUNCTION_CHOICE).split("|")
+        return [f"{where}: {value} is not one of {', '.join(names)}, or your own function as module:function"]
     if error.validator == "enum":
         return [f"{where}: {value} is not one of {', '.join(_short(choice) for choice in error.validator_value)}"]
     return [f"{where}: {value}: {error.message.replace(repr(error.instance), '').strip()}"]
 
 
+# the end of a schema pattern that admits built-in names or a user's function (snakeskills.registry)
+_USER_FUNCTION_CHOICE = "|[A-Za-z_][\\w.]*:[A-Za-z_]\\w*)$"
 _SCHEMA_HINT = "\n(config/schema.yaml describes every key; run snakemake with --verbose for the full check)"
 
 
