@@ -11,7 +11,7 @@ with script_logging(snakemake.log[0]) as logger:
         "base_model_path": snakemake.params.model_path,
         "sft_data_path": snakemake.input.data,
         "output_dir": snakemake.output.tuned,
-        "lora": sft["lora"] if sft["method"] == "lora" else None,
+        "lora": sft.get("lora"),  # the plan gives LoRA settings to sft.method lora only
         "training": sft["training"],
         "init_path": snakemake.input.init[0] if snakemake.input.init else None,
         "chat_template": snakemake.params.chat_template,
