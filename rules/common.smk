@@ -15,7 +15,7 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
-from snakeskills.plan.sections import benchmark_judge, is_code_benchmark, llm_judged
+from snakeskills.plan.sections import benchmark_judge, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
 from snakeskills.workflow import JobSettings
 
@@ -125,8 +125,7 @@ def llm_judge_gpus(wildcards):
 
 def judged_chunks(wildcards):
     """Chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark."""
-    w = wildcards
-    return PLAN.judged_chunks(w.model, w.benchmark, w.split, w.seed, llm_judged(config, w.benchmark))
+    return PLAN.judged_chunks(wildcards.model, wildcards.benchmark, wildcards.split, wildcards.seed)
 
 
 def judged_seed_files(wildcards):

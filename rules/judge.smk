@@ -21,7 +21,7 @@ rule llm_judge_settings:
     output:
         LAYOUT.llm_judge_settings,
     params:
-        settings=PLAN.llm_judge_settings() if config["judge"]["llm"] else None,
+        settings=PLAN.llm_judge_settings(),
     log:
         LOGS / "settings/llm_judge.log",
     conda:

@@ -29,8 +29,8 @@ rule synthesis_sources:
 rule synthesis_problems:
     input:
         generated=lambda w: SYNTHESIS.writer_files(int(w.round), w.benchmark),
-        train=SYNTHESIS.reference_files()["train"],
-        eval=SYNTHESIS.reference_files()["eval"],
+        train=SYNTHESIS.train_references,
+        eval=SYNTHESIS.eval_references,
     output:
         problems=SYNTHESIS.filtered,
         dropped=LAYOUT.synthesis_dropped,
@@ -71,7 +71,7 @@ if SYNTHESIS.llm_check:
         input:
             settings=LAYOUT.contamination_check_settings,
             candidates=LAYOUT.synthesis_candidates,
-            eval=SYNTHESIS.reference_files()["eval"],
+            eval=SYNTHESIS.eval_references,
         output:
             problems=LAYOUT.synthesis_problems,
             checked=LAYOUT.synthesis_llm_checked,

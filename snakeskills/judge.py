@@ -97,7 +97,7 @@ def extract_boxed_or_regex(text: str, regex: str | None) -> str | None:
 # judge.extraction: how an answer is read from a text, by name; a user's own is ``module:function`` (text, regex)
 EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
     "boxed": extract_boxed_or_regex,
-    "regex": lambda text, regex: _last_regex_match(text, regex),
+    "regex": _last_regex_match,
     "multichoice": lambda text, regex: extract_choice(text, regex=regex),
     "code": lambda text, regex: extract_program(text),
 }
@@ -211,7 +211,7 @@ def _silence_math_verify():
 # judge.equivalence: whether a predicted answer is the expected one, by name; a user's own is ``module:function``
 # (expected, predicted); math-verify runs in timed worker processes (``symbolic_verdicts``)
 EQUIVALENCES: dict[str, Callable[[str, str], bool]] = {
-    "math-verify": lambda expected, predicted: math_verify_equal(expected, predicted),
+    "math-verify": math_verify_equal,
     "exact": lambda expected, predicted: exact_match(predicted, expected),
 }
 

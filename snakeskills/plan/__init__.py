@@ -10,5 +10,6 @@ testable without Snakemake (tests/test_plan.py). ``rules/common.smk`` calls them
 - ``layout``: every file the workflow writes, and the synthesized splits' names;
 - ``run``: ``Plan``, the decisions of one run; each optional feature a plan object of its own, absent when off:
   ``teacher`` (``TeacherPlan``), ``synthesis`` (``SynthesisPlan``); ``training`` (``TrainingPlan``): the training
-  method's.
+  method's;
+- ``reference``: docs/configuration.md, written from the schema.
 """

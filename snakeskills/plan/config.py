@@ -7,6 +7,7 @@ from pathlib import Path
 
 from snakeskills.data.specs import apply_presets, check_benchmark_specs
 from snakeskills.errors import SnakeskillsError
+from snakeskills.registry import USER_FUNCTION
 
 SCHEMA = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 DEFAULT_CONFIG = SCHEMA.parent / "config.yaml"
@@ -86,7 +87,7 @@ def _error_lines(error) -> list[str]:
 
 
 # the end of a schema pattern that admits built-in names or a user's function (snakeskills.registry)
-_USER_FUNCTION_CHOICE = "|[A-Za-z_][\\w.]*:[A-Za-z_]\\w*)$"
+_USER_FUNCTION_CHOICE = f"|{USER_FUNCTION.pattern.strip('^$')})$"
 _SCHEMA_HINT = "\n(config/schema.yaml describes every key; run snakemake with --verbose for the full check)"
 
 

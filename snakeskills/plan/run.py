@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.plan.layout import Layout, synthesis_split_part
-from snakeskills.plan.sections import benchmark_prompt
+from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.training import TrainingPlan
@@ -173,10 +173,11 @@ class Plan:
             "allow_empty_chunk": synthesis_split_part(split) is not None,
         }
 
-    def llm_judge_settings(self) -> dict:
-        """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt."""
+    def llm_judge_settings(self) -> dict | None:
+        """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt (``None`` without
+        an LLM judge, whose settings rule then plans no job)."""
         llm = self.config["judge"]["llm"]
-        return {"llm": llm, "prompt": resolve_prompt(llm["prompt"])}
+        return None if llm is None else {"llm": llm, "prompt": resolve_prompt(llm["prompt"])}
 
     def sft_init(self, model: str) -> list[str]:
         """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
@@ -258,9 +259,9 @@ class Plan:
             for chunk in range(num_chunks)
         ]
 
-    def judged_chunks(self, model: str, benchmark: str, split: str, seed: int, llm_judged: bool) -> list[str]:
+    def judged_chunks(self, model: str, benchmark: str, split: str, seed: int | str) -> list[str]:
         """The judged chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark."""
-        pattern = self.layout.llm_judged_chunk if llm_judged else self.layout.judged_chunk
+        pattern = self.layout.llm_judged_chunk if llm_judged(self.config, benchmark) else self.layout.judged_chunk
         chunks = self.config["num_chunks"]
         return [
             pattern.format(model=model, benchmark=benchmark, split=split, seed=seed, chunk=chunk, num_chunks=chunks)

@@ -92,6 +92,13 @@ class SynthesisPlan:
         # what the parse, filter and n-gram step writes: the problems the solver answers, or, with the LLM check,
         # the candidates that check reads
         self.filtered = self.layout.synthesis_candidates if self.llm_check else self.layout.synthesis_problems
+        # the prepared splits new problems are checked against: every train benchmark's train split (copies) and
+        # every benchmark's eval split (contamination)
+        prepared = self.layout.prepared
+        self.train_references = [
+            prepared.format(benchmark=b, split=config["train_split"]) for b in config["train_benchmarks"]
+        ]
+        self.eval_references = [prepared.format(benchmark=b, split=config["eval_split"]) for b in config["benchmarks"]]
 
     # ---- who and how
 
@@ -166,21 +173,6 @@ class SynthesisPlan:
         """The solver's generated chunks of round ``round_number``'s new problems, seed by seed."""
         split = synthesis_split(round_number, "problems")
         return self.plan.generated_files(self.solver(round_number), benchmark, split)
-
-    def reference_files(self) -> dict[str, list[str]]:
-        """The prepared splits new problems are checked against: every train benchmark's train split (copies) and
-        every benchmark's eval split (contamination)."""
-        config = self.config
-        return {
-            "train": [
-                self.layout.prepared.format(benchmark=benchmark, split=config["train_split"])
-                for benchmark in config["train_benchmarks"]
-            ],
-            "eval": [
-                self.layout.prepared.format(benchmark=benchmark, split=config["eval_split"])
-                for benchmark in config["benchmarks"]
-            ],
-        }
 
     def sft_rounds(self, model: str) -> list[int]:
         """The rounds whose synthesized problems feed ``model``'s SFT: its own (sft.rounds_data replace), or every
