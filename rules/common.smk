@@ -15,7 +15,7 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
-from snakeskills.plan.sections import benchmark_judge, is_code_benchmark
+from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
 from snakeskills.workflow import JobSettings
 
@@ -130,6 +130,10 @@ def judged_chunks(wildcards):
 
 def judged_seed_files(wildcards):
     return PLAN.judged_seed_files(wildcards.model, wildcards.benchmark, wildcards.split)
+
+
+def named_metrics(wildcards):
+    return benchmark_metrics(config, wildcards.benchmark)
 
 
 def sft_judged_files(wildcards):

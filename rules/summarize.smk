@@ -4,6 +4,8 @@ rule summarize:
     output:
         metrics=LAYOUT.metrics,
         table=LAYOUT.metrics_table,
+    params:
+        metrics=named_metrics,
     log:
         LOGS / "summarize/{model}/{benchmark}/{split}.log",
     conda:

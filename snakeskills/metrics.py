@@ -12,7 +12,7 @@ number of samples n. For each k in 1..n:
   std_err_across_runs, avg_sample_std_dev), as fractions.
 - ``majority@k`` (k >= 2): the most common non-empty answer among the first k; a tie scores the
   mean correctness of the tied (answer, correctness) groups; no answer at all scores 0. (For programs judged
-  by running them, ``summarize.vote_keys`` hands in what each program did as its answer.)
+  by running them, ``vote_keys`` hands in what each program did as its answer.)
 
 Percentages are 100 x mean over problems. ``num_entries`` counts problems and ``avg_tokens`` is the
 mean over problems of their mean generated tokens (an int, as NeMo-Skills prints it).
@@ -34,6 +34,8 @@ import polars as pl
 
 from snakeskills.errors import SnakeskillsError
 
+# read when the first row has them (rows judged by running their programs): what majority@k votes on there
+EXECUTION_STATUS, EXECUTION_ERROR = "execution_status", "execution_error"
 REQUIRED_COLUMNS = ("problem_index", "sample_index", "predicted_answer", "num_generated_tokens")
 
 
@@ -279,6 +281,15 @@ def format_value(metrics_for_mode: dict, metric: str) -> str:
     return f"{value:.2f}%"
 
 
+def aligned_rows(rows: list[list[str]], *, rule_under_header: bool = False) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell, cells joined by " | "."""
+    widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if rule_under_header:
+        lines.insert(1, "-+-".join("-" * width for width in widths))
+    return lines
+
+
 def format_table(benchmark: str, metrics: dict[str, dict]) -> str:
     """NeMo-Skills' summary layout: one block per benchmark, one row per headline eval mode."""
     modes = headline_modes(metrics)
@@ -286,8 +297,21 @@ def format_table(benchmark: str, metrics: dict[str, dict]) -> str:
     rows = [["evaluation_mode", *columns]] + [
         [mode, *(format_value(metrics[mode], c) for c in columns)] for mode in modes
     ]
-    widths = [max(len(row[index]) for row in rows) for index in range(len(columns) + 1)]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = aligned_rows(rows)
     total_width = max(len(line) for line in lines)
     header = f" {benchmark} ".center(total_width, "-")
     return "\n".join([header, *lines]) + "\n"
+
+
+def vote_keys(seed: pl.DataFrame) -> pl.Series:
+    """What majority@k votes on, one value per row (null: no answer, no vote): the predicted answer; for rows
+    judged by running their programs (code benchmarks), what the program did: ``passed``, or how it failed
+    (its status and error: the case it failed and the output it printed, or its last error line). Programs
+    rarely match as text; programs that behave alike on the benchmark's inputs vote together, as AlphaCode
+    clusters its samples by their outputs."""
+    if EXECUTION_STATUS not in seed.columns:
+        return seed["predicted_answer"]
+    behaviour = pl.concat_str([seed[EXECUTION_STATUS], seed[EXECUTION_ERROR].fill_null("")], separator=": ")
+    return pl.select(
+        pl.when(seed["predicted_answer"].is_null()).then(None).otherwise(behaviour).alias("vote")
+    ).to_series()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl, read_json
+from snakeskills.named_metrics import is_named_metric
 
 METRIC = "symbolic_correct"
 # why a judged sample did not become an SFT example (sft/<round>/stats.json keys), in stacking order
@@ -43,9 +44,10 @@ def _model_colors(models: Sequence[str]) -> dict[str, str]:
 
 
 def _benchmarks(summary: dict) -> list[str]:
+    """The benchmarks of a summary, in order (its named metrics' entries left out)."""
     names: list[str] = []
     for benchmarks in summary.values():
-        names.extend(name for name in benchmarks if name not in names)
+        names.extend(name for name in benchmarks if name not in names and not is_named_metric(name))
     return names
 
 

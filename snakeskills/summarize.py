@@ -10,22 +10,26 @@ import numpy as np
 import polars as pl
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import iter_jsonl
+from snakeskills.io import iter_jsonl, read_json, write_json, write_text
 from snakeskills.metrics import (
+    EXECUTION_ERROR,
+    EXECUTION_STATUS,
     FINISH_REASON_SHARES,
     add_finish_reason_shares,
+    aligned_rows,
     answer_codes,
+    format_table,
     format_value,
     headline_modes,
     metrics_from_arrays,
+    vote_keys,
 )
+from snakeskills.named_metrics import compute_named_metrics, format_metric, is_named_metric, metric_lines
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
 FINISH_REASON = "finish_reason"
 REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
-# read when the first row has them (rows judged by running their programs): what majority@k votes on there
-EXECUTION_STATUS, EXECUTION_ERROR = "execution_status", "execution_error"
 # fields that may be null in a judged row (no answer; a program that passed)
 NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
 
@@ -64,18 +68,17 @@ def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
     return {benchmark: metrics}
 
 
-def vote_keys(seed: pl.DataFrame) -> pl.Series:
-    """What majority@k votes on, one value per row (null: no answer, no vote): the predicted answer; for rows
-    judged by running their programs (code benchmarks), what the program did: ``passed``, or how it failed
-    (its status and error: the case it failed and the output it printed, or its last error line). Programs
-    rarely match as text; programs that behave alike on the benchmark's inputs vote together, as AlphaCode
-    clusters its samples by their outputs."""
-    if EXECUTION_STATUS not in seed.columns:
-        return seed["predicted_answer"]
-    behaviour = pl.concat_str([seed[EXECUTION_STATUS], seed[EXECUTION_ERROR].fill_null("")], separator=": ")
-    return pl.select(
-        pl.when(seed["predicted_answer"].is_null()).then(None).otherwise(behaviour).alias("vote")
-    ).to_series()
+def write_benchmark_summary(
+    benchmark: str, seed_paths: list[str | Path], metric_specs: dict[str, dict], *, metrics_path, table_path
+) -> str:
+    """``metrics.json``: the benchmark's eval modes (``summarize_benchmark``) and its named metrics
+    (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric."""
+    metrics = summarize_benchmark(benchmark, seed_paths)
+    named = compute_named_metrics(benchmark, metric_specs, seed_paths)
+    table = format_table(benchmark, metrics[benchmark]) + "".join(format_metric(k, v) for k, v in named.items())
+    write_json(metrics_path, {**metrics, **named})
+    write_text(table_path, table)
+    return table
 
 
 def _load_seeds(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
@@ -244,7 +247,7 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
     rows = []
     header = None
     for model, benchmarks in summary.items():
-        for benchmark, metrics in benchmarks.items():
+        for benchmark, metrics in benchmark_entries(benchmarks).items():
             modes = headline_modes(metrics)
             # the LLM judge's verdict, when it ran, beside the symbolic one (headline mode only)
             judged = ["judge_correct"] if "judge_correct" in metrics[modes[0]] else []
@@ -263,14 +266,12 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     """The eval table, then each model's gain over the base model; with a ``teacher`` in the summary, also the
     share of the teacher's lead over the base model that each tuned round closed."""
     rows = comparison_rows(summary)
-    widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
-    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "-+-".join("-" * width for width in widths))
+    lines = aligned_rows(rows, rule_under_header=True)
     gains = []
     for model, benchmarks in summary.items():
         if model == base_model:
             continue
-        for benchmark, metrics in benchmarks.items():
+        for benchmark, metrics in benchmark_entries(benchmarks).items():
             mode = headline_modes(metrics)[0]
             base_score = summary[base_model][benchmark][mode]["symbolic_correct"]
             delta = metrics[mode]["symbolic_correct"] - base_score
@@ -283,7 +284,26 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
     if not any(cell.endswith(" judge") for cell in rows[0]):
         title = "symbolic_correct by model (eval split)"
-    return "\n".join([title, *lines, "", *gains]) + "\n"
+    return "\n".join([title, *lines, "", *gains]) + "\n" + format_named_comparison(summary)
+
+
+def benchmark_entries(entries: dict) -> dict:
+    """A model's summary entries that are benchmarks' eval modes (its named metrics left out)."""
+    return {name: metrics for name, metrics in entries.items() if not is_named_metric(name)}
+
+
+def format_named_comparison(summary: dict[str, dict]) -> str:
+    """Each named metric (``"<benchmark>/<name>"``) as a table: one row per leaf of its value, one column per
+    model that has it; empty when no model has one."""
+    keys = list(dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key)))
+    blocks = []
+    for key in keys:
+        models = [model for model, entries in summary.items() if key in entries]
+        values = {model: dict(metric_lines(summary[model][key])) for model in models}
+        paths = list(dict.fromkeys(path for model in models for path in values[model]))
+        rows = [[key, *models]] + [[path, *(values[model].get(path, "") for model in models)] for path in paths]
+        blocks.append("\n".join(aligned_rows(rows, rule_under_header=True)) + "\n")
+    return "".join("\n" + block for block in blocks)
 
 
 def write_comparison(
@@ -300,9 +320,6 @@ def write_comparison(
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``; the table ends
     with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and, for each built
     tiny model (``built_models``: checkpoint folders) whose bootstrap missed its target, a line saying so."""
-    from pathlib import Path
-
-    from snakeskills.io import read_json, write_json, write_text
     from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     summary: dict[str, dict] = {}
@@ -310,7 +327,9 @@ def write_comparison(
         metrics = read_json(path)
         if benchmark not in metrics:
             raise SnakeskillsError(f"{path}: has no entry for benchmark {benchmark!r}")
-        summary.setdefault(model, {})[benchmark] = metrics[benchmark]
+        entries = summary.setdefault(model, {})
+        entries[benchmark] = metrics[benchmark]
+        entries.update((key, value) for key, value in metrics.items() if is_named_metric(key))
     table = format_comparison(summary, base_model, teacher)
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")

@@ -60,6 +60,13 @@ def test_records_use_nemo_skills_fields(finished_run):
     for mode in ("pass@1[avg-of-4]", "majority@4", "pass@4", "pass@1", "majority@2"):
         assert {"num_entries", "avg_tokens", "symbolic_correct", "no_answer"} <= set(modes[mode])
     assert modes["pass@4"]["symbolic_correct"] >= modes["pass@1"]["symbolic_correct"]
+    # the config's named metric (metrics.reliability: pass^k) beside the modes, and in the comparison table
+    reliability = metrics["arithmetic/reliability"]
+    assert list(reliability) == ["pass^1", "pass^2", "pass^3", "pass^4"]
+    assert reliability["pass^1"] == pytest.approx(modes["pass@1[avg-of-4]"]["symbolic_correct"])
+    assert reliability["pass^4"] <= reliability["pass^1"] <= modes["pass@4"]["symbolic_correct"]
+    table = (finished_run / RESULTS / "eval/summary.txt").read_text()
+    assert "arithmetic/reliability | base" in table and "pass^4" in table
     assert not list((finished_run / RESULTS).rglob("*.progress")), "progress files are removed on completion"
     assert not list((finished_run / RESULTS).rglob("*.tmp")), "no temporary files are left behind"
 
@@ -114,6 +121,14 @@ def test_a_benchmarks_own_judge_or_prompt_keeps_its_prepared_data(finished_run, 
     counts = dry_run_counts(finished_run, configfile=write_config(tmp_path / "own.yaml", config))
     assert {rule: counts.get(rule) for rule in expected} == expected
     assert "prepare_data" not in counts
+
+
+def test_a_new_metric_reruns_only_the_summaries(finished_run, tmp_path):
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    config["metrics"]["lengths"] = {"function": "tokens_by_verdict"}
+    counts = dry_run_counts(finished_run, configfile=write_config(tmp_path / "metric.yaml", config))
+    assert counts.pop("summarize") == 2, "base and round1 on the eval split"
+    assert set(counts) <= {"eval", "plot_pass_at_1", "plot_pass_at_k", "all"}, counts
 
 
 def test_changed_judge_setting_keeps_generations(finished_run):

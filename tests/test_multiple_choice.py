@@ -118,16 +118,18 @@ def test_a_missing_column_and_a_second_answer_source_name_the_key(tmp_path):
 
 def test_preparing_ignores_how_a_benchmark_is_asked_and_judged():
     """prepare_data's params (its rerun trigger) hold what decides the rows: a benchmark without multiple_choice,
-    code, prompt or judge gives exactly the spec runs made before those keys existed, so upgrading reruns nothing."""
+    code, prompt, judge or metrics gives exactly the spec runs made before those keys existed, so upgrading reruns
+    nothing; a preset's metrics (mmlu's by_subject) are not in it either."""
     config = checked_config(mixed_config())
     assert preparing_spec(config["benchmarks"]["arithmetic"]) == {
         key: DEFAULT["benchmarks"]["arithmetic"][key] for key in ("source", "synthetic")
     } | {"field_map": {}}
     mmlu = config["benchmarks"]["mmlu"]
     assert preparing_spec(mmlu) == {
-        key: value for key, value in mmlu.items() if key not in ("prompt", "judge", "code")
+        key: value for key, value in mmlu.items() if key not in ("prompt", "judge", "metrics", "code")
     }, "code is not set on it (the schema's null): left out too"
     assert preparing_spec(mmlu)["multiple_choice"]["options"] == "choices"
+    assert "by_subject" in mmlu["metrics"]
 
 
 # ---------------------------------------------------------------- extracting and judging letters

@@ -130,12 +130,13 @@ def run_columns(run: str, key: str) -> list[str]:
 
 def preparing_spec(spec: dict) -> dict:
     """The part of a benchmark spec that decides its prepared rows (prepare_data's params, so its rerun trigger):
-    how the benchmark is asked and judged (``prompt``, ``judge``) is left out, and ``multiple_choice`` and ``code``
-    when not set, so that neither those keys nor their defaults rerun preparing and everything after it."""
+    how the benchmark is asked, judged and summarized (``prompt``, ``judge``, ``metrics``) is left out, and
+    ``multiple_choice`` and ``code`` when not set, so that neither those keys nor their defaults rerun preparing
+    and everything after it."""
     return {
         key: value
         for key, value in spec.items()
-        if key not in ("prompt", "judge") and not (key in ("multiple_choice", "code") and value is None)
+        if key not in ("prompt", "judge", "metrics") and not (key in ("multiple_choice", "code") and value is None)
     }
 
 

@@ -9,7 +9,13 @@ from snakeskills.backends.specs import backend_spec
 from snakeskills.data.specs import check_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.resources import training_gpus, training_processes
-from snakeskills.plan.sections import benchmark_judge, benchmark_prompt, generation_sections, is_code_benchmark
+from snakeskills.plan.sections import (
+    benchmark_judge,
+    benchmark_metrics,
+    benchmark_prompt,
+    generation_sections,
+    is_code_benchmark,
+)
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.values import check_model_name, check_regex
@@ -51,6 +57,16 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
         check_synthesis(config)
     for key, (prompt, reader) in prompt_readers(config).items():
         _check_chat_template_kwargs(config, key, prompt, reader)
+    _check_metrics(config)
+
+
+def _check_metrics(config: dict) -> None:
+    """Each benchmark's named metrics: a user's function must import and take its options now, not in summarize."""
+    from snakeskills.named_metrics import check_metric
+
+    for benchmark in config["benchmarks"]:
+        for spec in benchmark_metrics(config, benchmark).values():
+            check_metric(spec)
 
 
 def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:

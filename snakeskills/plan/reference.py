@@ -75,7 +75,7 @@ def _keys(schema: dict, node: dict, prefix: str, shown: dict[str, str]) -> list[
     there), and elsewhere as one row pointing there."""
     rows = []
     reference = _reference(node)
-    if reference in shown:
+    if reference in shown and shown[reference] != prefix:
         return rows
     if reference is not None:
         shown[reference] = prefix
@@ -99,7 +99,8 @@ def config_reference(schema: dict | None = None) -> str:
     """The reference page's text."""
     schema = schema or yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
     parts = [INTRO]
-    shown: dict[str, str] = {}
+    # a top-level section that is a shared one (prompt, generation, metrics) is listed key by key there
+    shown = {_reference(node): name for name, node in schema["properties"].items() if _reference(node)}
     for name, node in schema["properties"].items():
         kind, default, meaning = _describe(schema, node)
         parts.append(f"## `{name}`\n")

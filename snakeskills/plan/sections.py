@@ -54,3 +54,23 @@ def llm_judged(config: dict, benchmark: str) -> bool:
     """Whether the LLM judge (judge.llm) reads a benchmark's answers: every benchmark's but a code benchmark's,
     whose tests decide."""
     return config["judge"]["llm"] is not None and not is_code_benchmark(config, benchmark)
+
+
+def benchmark_metrics(config: dict, benchmark: str) -> dict[str, dict]:
+    """The named metrics summarize computes for one benchmark: ``metrics``' and the benchmark's own (the same name
+    replaces one of ``metrics``; null drops it), each as ``{function, options, key}``: the function's name, its
+    keyword arguments (the spec's other keys) and the config key it is set at (for messages)."""
+    own = config["benchmarks"][benchmark]["metrics"]
+    chosen = {
+        **{name: (spec, f"metrics.{name}") for name, spec in config["metrics"].items()},
+        **{name: (spec, f"benchmarks.{benchmark}.metrics.{name}") for name, spec in own.items()},
+    }
+    return {
+        name: {
+            "function": spec["function"],
+            "options": {key: value for key, value in spec.items() if key != "function"},
+            "key": key,
+        }
+        for name, (spec, key) in chosen.items()
+        if spec is not None
+    }
