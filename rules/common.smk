@@ -9,7 +9,7 @@ from snakemake.utils import min_version
 
 from snakeskills.data.specs import local_source_files, preparing_spec
 from snakeskills.gpus import planning_for_gpu_nodes
-from snakeskills.plan.checks import check_config, check_devices
+from snakeskills.plan.checks import check_code_sandbox, check_config, check_devices
 from snakeskills.plan.config import prepare_config
 from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
@@ -29,6 +29,7 @@ min_version("9.0")
 prepare_config(config, verbose=workflow.output_settings.verbose)
 GPU_NODES = planning_for_gpu_nodes()
 check_config(config, gpus_available=GPU_NODES)
+check_code_sandbox(config)
 check_model_paths(config)
 RESULTS = Path(config["results_dir"]) / config["experiment"]
 check_results_dir(RESULTS.absolute())

@@ -32,6 +32,8 @@ import logging
 import math
 import os
 import re
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +42,8 @@ import textwrap
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from snakeskills.sandbox import bwrap_command, check_sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +55,42 @@ _FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^`]*$")
 _DEFINITION = re.compile(r"^\s*(?:async\s+def|def|class)\s+\w+", re.MULTILINE)
 _PYTHON_TAGS = ("python", "py", "python3")
 
-# Runs in the child: limits first, then the program as __main__ (its own file name in tracebacks).
+# Runs in the child: limits first; then the nonce is read from its pipe (and the pipe closed), the program file
+# read and removed (a program cannot read its tests back through __file__) and run as __main__; only when it
+# returns does the nonce go to the proof pipe: a program that exits early (sys.exit(0), os._exit(0)) or
+# raises leaves no proof, and exit status 0 without the proof is not a pass.
 _BOOTSTRAP = """\
-import resource, runpy, sys
-cpu_seconds, memory_bytes, output_bytes = (int(value) for value in sys.argv[1:4])
-resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-resource.setrlimit(resource.RLIMIT_FSIZE, (output_bytes, output_bytes))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-if memory_bytes:
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-sys.argv = sys.argv[4:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+import os, resource, sys
+
+
+def _run():
+    cpu_seconds, memory_bytes, output_bytes, processes, nonce_fd, proof_fd = (int(value) for value in sys.argv[1:7])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (output_bytes, output_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    if processes:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    nonce = os.read(nonce_fd, 64)
+    os.close(nonce_fd)
+    path = sys.argv[7]
+    with open(path, encoding="utf-8") as file:
+        source = file.read()
+    os.remove(path)
+    sys.argv = sys.argv[7:]
+    code = compile(source, path, "exec")
+    del source
+    module = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
+    exec(code, module)
+    os.write(proof_fd, nonce)
+
+
+_run()
 """
+# processes a sandboxed program may have at once (its own included); counted in its own user namespace
+SANDBOX_PROCESSES = 64
+STDERR_TAIL_BYTES = 64 * 1024
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -284,55 +312,107 @@ def outputs_match(actual: str, expected: str) -> bool:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """One run of a program: its exit status (``None``: killed at the wall-clock limit), stderr, and stdout (when
-    it was kept)."""
+    """One run of a program: its exit status (``None``: killed at the wall-clock limit), the tail of its stderr,
+    its stdout (when it was kept), and whether it left the harness's proof that it ran to its end."""
 
     returncode: int | None
     stderr: str
     stdout: str | None = None
+    finished: bool = False
 
 
-def _run_once(folder: str, path: str, *, stdin: str | None, timeout_seconds: float, memory_limit_mb) -> _Outcome:
-    """Run the program file ``path`` once in ``folder`` under the limits; with ``stdin``, feed it that text and
-    keep its standard output (in a file there, so the file size limit bounds it)."""
+def _run_once(program: str, *, stdin: str | None, timeout_seconds: float, memory_limit_mb, sandbox: str) -> _Outcome:
+    """Run ``program`` once in a fresh folder of its own under the limits, in ``sandbox``; with ``stdin``, feed it
+    that text and keep its standard output.
+
+    Everything the judge reads comes through handles it opened itself, outside the program's reach: standard
+    input, output and error are files in a folder the sandbox does not show (bounded by the file size limit; only
+    the tail of stderr is read), the nonce and the proof go through pipes. Every wait is bounded by the wall-clock
+    limit; a program past it is killed with everything it started; removing its folders cannot fail the judge."""
     memory_bytes = memory_limit_mb * 1024 * 1024 if memory_limit_mb else 0
-    command = [
-        sys.executable,
-        "-I",
-        "-c",
-        _BOOTSTRAP,
-        str(math.ceil(timeout_seconds) + 1),
-        str(memory_bytes),
-        str(OUTPUT_LIMIT_BYTES),
-        path,
-    ]
-    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folder, "OMP_NUM_THREADS": "1"}
-    environment["PYTHONHASHSEED"] = "0"
-    output_path = os.path.join(folder, "stdout.txt")
-    with open(output_path, "wb") if stdin is not None else contextlib.nullcontext() as output:
-        process = subprocess.Popen(
-            command,
-            cwd=folder,
-            env=environment,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=output if output is not None else subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            _, stderr = process.communicate(
-                input=stdin.encode("utf-8") if stdin is not None else None, timeout=timeout_seconds
+    run_folder = tempfile.mkdtemp(prefix="snakeskills-run-")
+    io_folder = tempfile.mkdtemp(prefix="snakeskills-io-")
+    nonce = secrets.token_hex(16).encode()
+    nonce_read, nonce_write = os.pipe()
+    proof_read, proof_write = os.pipe()
+    try:
+        os.write(nonce_write, nonce)
+        os.close(nonce_write)
+        nonce_write = -1  # closed: never closed twice (another thread may have its number by then)
+        with open(os.path.join(run_folder, "solution.py"), "w", encoding="utf-8") as file:
+            file.write(program)
+        processes = SANDBOX_PROCESSES if sandbox == "bwrap" else 0
+        arguments = [str(math.ceil(timeout_seconds) + 1), str(memory_bytes), str(OUTPUT_LIMIT_BYTES), str(processes)]
+        arguments += [str(nonce_read), str(proof_write)]
+        if sandbox == "bwrap":
+            command = bwrap_command(run_folder, [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, "solution.py"])
+            environment = None
+        else:
+            command = [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, os.path.join(run_folder, "solution.py")]
+            environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": run_folder}
+            environment.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+        stdout_path, stderr_path = os.path.join(io_folder, "stdout"), os.path.join(io_folder, "stderr")
+        input_path = os.path.join(io_folder, "stdin")
+        with open(input_path, "wb") as file:
+            file.write((stdin or "").encode("utf-8"))
+        with open(input_path, "rb") as input_file, open(stdout_path, "wb") as output, open(stderr_path, "wb") as error:
+            process = subprocess.Popen(
+                command,
+                cwd=run_folder,
+                env=environment,
+                stdin=input_file if stdin is not None else subprocess.DEVNULL,
+                stdout=output if stdin is not None else subprocess.DEVNULL,
+                stderr=error,
+                pass_fds=(nonce_read, proof_write),
+                start_new_session=True,
             )
+        os.close(nonce_read)
+        os.close(proof_write)
+        nonce_read = proof_write = -1
+        try:
+            returncode = process.wait(timeout=timeout_seconds)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
-            process.communicate()
+            returncode = None
+        _kill_group(process)  # whatever it left running (in the sandbox, everything died with it already)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+        if returncode is None:
             return _Outcome(None, "")
-        _kill_group(process)  # whatever the program left running in its session
-    stdout = None
-    if stdin is not None:
-        with open(output_path, encoding="utf-8", errors="replace") as file:
-            stdout = file.read()
-    return _Outcome(process.returncode, stderr.decode("utf-8", "replace"), stdout)
+        os.set_blocking(proof_read, False)
+        try:
+            proof = os.read(proof_read, 64)
+        except BlockingIOError:
+            proof = b""
+        stdout = _read_text(stdout_path, OUTPUT_LIMIT_BYTES) if stdin is not None else None
+        return _Outcome(returncode, _read_text(stderr_path, STDERR_TAIL_BYTES, tail=True), stdout, proof == nonce)
+    finally:
+        for descriptor in (nonce_read, nonce_write, proof_read, proof_write):
+            if descriptor >= 0:
+                os.close(descriptor)
+        for folder in (run_folder, io_folder):
+            _remove(folder)
+
+
+def _read_text(path: str, limit: int, *, tail: bool = False) -> str:
+    """At most ``limit`` bytes of a file the judge opened (its end with ``tail``), as text."""
+    with open(path, "rb") as file:
+        if tail:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - limit))
+        return file.read(limit).decode("utf-8", "replace")
+
+
+def _remove(folder: str) -> None:
+    """Remove a run's folder, whatever the program left in it (unreadable or unwritable folders included)."""
+
+    def allow(function, path, _):
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+
+    with contextlib.suppress(OSError):
+        shutil.rmtree(folder, onerror=allow)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _failure(outcome: _Outcome, timeout_seconds: float, where: str = "") -> ProgramRun:
@@ -347,16 +427,21 @@ def _failure(outcome: _Outcome, timeout_seconds: float, where: str = "") -> Prog
     return ProgramRun(FAILED, where + (error or f"exit status {outcome.returncode}"))
 
 
-def run_check(check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: int | None) -> ProgramRun:
-    """Run one program against its tests or its cases under the limits; see the module doc. Each case runs in
-    a fresh folder: nothing a run leaves there (a file, a cache) reaches the next case."""
-    limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb}
+def run_check(
+    check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: int | None, sandbox: str = "bwrap"
+) -> ProgramRun:
+    """Run one program against its tests or its cases under the limits, in ``sandbox``; see the module doc. Each
+    case runs in a fresh folder: nothing a run leaves there (a file, a cache) reaches the next case. Tests pass
+    only with the harness's proof that the program ran to its end (status 0 alone is not a pass)."""
+    limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb, "sandbox": sandbox}
     if not check.cases:
-        outcome = _run_in_fresh_folder(check.program, stdin=None, **limits)
+        outcome = _run_once(check.program, stdin=None, **limits)
+        if outcome.returncode == 0 and not outcome.finished:
+            return ProgramRun(FAILED, "exited before its tests finished (status 0 without the harness's proof)")
         return ProgramRun(PASSED) if outcome.returncode == 0 else _failure(outcome, timeout_seconds)
     for number, (case_input, expected) in enumerate(check.cases, start=1):
         where = f"case {number} of {len(check.cases)}: "
-        outcome = _run_in_fresh_folder(check.program, stdin=case_input, **limits)
+        outcome = _run_once(check.program, stdin=case_input, **limits)
         if outcome.returncode != 0:
             return _failure(outcome, timeout_seconds, where)
         if not outputs_match(outcome.stdout, expected):
@@ -365,31 +450,30 @@ def run_check(check: ProgramCheck, *, timeout_seconds: float, memory_limit_mb: i
     return ProgramRun(PASSED)
 
 
-def _run_in_fresh_folder(program: str, *, stdin: str | None, **limits) -> _Outcome:
-    """``_run_once`` of ``program`` written to solution.py in a new temporary folder, removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="snakeskills-run-") as folder:
-        path = os.path.join(folder, "solution.py")
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(program)
-        return _run_once(folder, path, stdin=stdin, **limits)
-
-
 def _kill_group(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
 
 
 def run_many(
-    checks: Iterable[ProgramCheck], *, num_workers: int, timeout_seconds: float, memory_limit_mb: int | None
+    checks: Iterable[ProgramCheck],
+    *,
+    num_workers: int,
+    timeout_seconds: float,
+    memory_limit_mb: int | None,
+    sandbox: str = "bwrap",
 ) -> list[ProgramRun]:
-    """``run_check`` for each check, ``num_workers`` at a time; identical checks run once."""
+    """``run_check`` for each check, ``num_workers`` at a time; identical checks run once. The sandbox is checked
+    first (``sandbox.check_sandbox``): a node where it cannot start stops the job, not each row."""
     checks = list(checks)
     distinct = list(dict.fromkeys(checks))
     if not distinct:
         return []
 
+    check_sandbox(sandbox)
+
     def run(check: ProgramCheck) -> ProgramRun:
-        return run_check(check, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb)
+        return run_check(check, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb, sandbox=sandbox)
 
     with ThreadPoolExecutor(max_workers=max(1, min(num_workers, len(distinct)))) as pool:
         runs = dict(zip(distinct, pool.map(run, distinct), strict=True))

@@ -335,6 +335,7 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
                 num_workers=num_workers,
                 timeout_seconds=judge_config["timeout_seconds"],
                 memory_limit_mb=judge_config["memory_limit_mb"],
+                sandbox=judge_config["sandbox"],
             ),
             strict=True,
         )
@@ -353,12 +354,13 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
         )
     statuses = [record["execution_status"] for record in judged]
     logger.info(
-        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each)",
+        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each, sandbox %s)",
         len(judged),
         ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses)),
         len(set(checks.values())),
         num_workers,
         judge_config["timeout_seconds"],
         judge_config["memory_limit_mb"],
+        judge_config["sandbox"],
     )
     return judged

@@ -267,6 +267,27 @@ RUN_SECONDS = "run-seconds.txt"  # in the finished run: how long it took
 
 
 @pytest.fixture(scope="session")
+def bubblewrap() -> None:
+    """bubblewrap, the code judge's sandbox, on this machine: installed with apt-get on first use when missing (as
+    root, as the SLURM test installs slurm; one worker at a time), else the test is skipped. Installed but unable to
+    start a sandbox is a failure."""
+    from snakeskills.sandbox import sandbox_problem
+
+    if shutil.which("bwrap") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.skip("the code judge's sandbox needs bubblewrap: apt-get install bubblewrap (as root)")
+        with open("/tmp/snakeskills-apt.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if shutil.which("bwrap") is None:
+                for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "bubblewrap"]):
+                    process = subprocess.run(command, capture_output=True, text=True, timeout=600)
+                    assert process.returncode == 0, f"{' '.join(command)} failed:\n{process.stderr[-2000:]}"
+    sandbox_problem.cache_clear()
+    problem = sandbox_problem("bwrap")
+    assert problem is None, problem
+
+
+@pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real end-to-end run of the embedded default config (1.5 to 3 minutes on 2 CPU cores). How long it took
     is in ``RUN_SECONDS`` inside it: test_kill kills its reruns at moments scaled to it."""

@@ -42,8 +42,10 @@ def planned_benchmarks(jobs) -> set[str]:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.stem)
-def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, example, tiny_checkpoint):
+def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, example, tiny_checkpoint, request):
     config = yaml.safe_load(example.read_text())
+    if any({**load_preset(spec.get("preset", "gsm8k")), **spec}.get("code") for spec in config["benchmarks"].values()):
+        request.getfixturevalue("bubblewrap")  # a code benchmark: the plan checks that its sandbox starts
     local_folders_for(config, tmp_path, tiny_checkpoint)
     jobs = planned_jobs(tmp_path, example)
     assert planned_benchmarks(jobs) == set(config["benchmarks"])

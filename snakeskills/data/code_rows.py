@@ -186,12 +186,15 @@ def reference_solution(value, *, name: str, where: str) -> str | None:
 
 def check_reference_solutions(records: list[dict], *, key: str, where: str, threads: int) -> None:
     """Each row's reference solution must pass its own tests (run as answers are): a tests, setup or run key
-    reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong."""
+    reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong. They come
+    with the dataset, not from a model: they run in the sandbox where bubblewrap can start, else without one."""
     from snakeskills.code_execution import row_check, run_many
+    from snakeskills.sandbox import sandbox_problem
 
     checked = [record for record in records if record.get("reference_solution")]
     checks = [row_check(record["reference_solution"], record) for record in checked]
-    runs = run_many(checks, num_workers=threads, timeout_seconds=30, memory_limit_mb=None)
+    sandbox = "bwrap" if sandbox_problem("bwrap") is None else "none"
+    runs = run_many(checks, num_workers=threads, timeout_seconds=30, memory_limit_mb=None, sandbox=sandbox)
     failed = [(record["id"], run) for record, run in zip(checked, runs, strict=True) if not run.passed]
     if failed:
         shown = "; ".join(f"row {row_id}: {run.status}, {run.error}" for row_id, run in failed[:3])

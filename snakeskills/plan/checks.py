@@ -60,6 +60,15 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
     _check_metrics(config)
 
 
+def check_code_sandbox(config: dict) -> None:
+    """With a code benchmark, the sandbox its programs run in (judge.sandbox) must start on the planning node:
+    stop before any generation runs, not in the first judge job."""
+    from snakeskills.sandbox import check_sandbox
+
+    if any(is_code_benchmark(config, benchmark) for benchmark in config["benchmarks"]):
+        check_sandbox(config["judge"]["sandbox"])
+
+
 def _check_metrics(config: dict) -> None:
     """Each benchmark's named metrics: a user's function must import and take its options now, not in summarize."""
     from snakeskills.named_metrics import check_metric

@@ -18,7 +18,7 @@ def generation_sections(config: dict) -> dict[str, dict]:
 
 
 ASKED_PROMPT_KEYS = ("template", "system", "user", "num_few_shot")
-JUDGE_RULE_KEYS = ("extraction", "regex", "equivalence", "timeout_seconds", "memory_limit_mb")
+JUDGE_RULE_KEYS = ("extraction", "regex", "equivalence", "timeout_seconds", "memory_limit_mb", "sandbox")
 
 
 def benchmark_prompt(prompt: dict, benchmark_spec: dict) -> dict:
@@ -41,8 +41,8 @@ def benchmark_judge(config: dict, benchmark: str) -> dict:
     if settings["extraction"] == "multichoice":
         return {"extraction": "multichoice", "regex": settings["regex"]}
     if settings["extraction"] == "code":
-        return {key: settings[key] for key in ("extraction", "timeout_seconds", "memory_limit_mb")}
-    return settings
+        return {key: settings[key] for key in ("extraction", "timeout_seconds", "memory_limit_mb", "sandbox")}
+    return {key: value for key, value in settings.items() if key != "sandbox"}
 
 
 def is_code_benchmark(config: dict, benchmark: str) -> bool:

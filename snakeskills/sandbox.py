@@ -1,0 +1,133 @@
+"""The sandbox a program a model wrote runs in (``judge.sandbox``): bubblewrap (``bwrap``) by default, or none.
+
+With ``bwrap`` each run gets Linux namespaces of its own (``--unshare-all``): no network (a loopback of its own),
+its own process tree (it sees and signals only its own processes, and all of them die with it: ``--die-with-parent``
+on a PID namespace whose first process is bubblewrap's), its own IPC, host name and user namespace, in which it runs
+as ``nobody`` with no capabilities. Its file system holds only what Python needs, read-only (``/usr`` and the
+interpreter's own prefixes, never the workflow, its results or the home folder, unless the interpreter lives
+there: then only its folder), a private ``/tmp`` and ``/dev/shm`` of ``TMP_BYTES`` each, a fresh ``/proc`` showing
+only its own processes, and its run folder, the only place it can write, mounted at ``/sandbox``.
+
+Without it (``none``) a program runs as the job's user with the job's files and network: only its resource limits
+(``code_execution``) hold. That is an explicit choice in the config, never a fallback: when bubblewrap cannot start
+on a node, ``check_sandbox`` stops the plan or the job saying what is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from snakeskills.errors import SnakeskillsError
+
+SANDBOXES = ("bwrap", "none")
+FOLDER = "/sandbox"  # where a run's folder appears inside the sandbox
+TMP_BYTES = 64 * 1024 * 1024
+NOBODY = 65534
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; conda: "
+    "conda install -c conda-forge bubblewrap), or set judge.sandbox: none to run the programs models write "
+    "without one (they can then read and change your files and reach the network)"
+)
+
+
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+
+
+def _python_folders() -> list[str]:
+    """The folders of the interpreter running the judge (its environment and the Python it was made from)."""
+    folders = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
+    folders.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    return sorted(folder for folder in folders if not folder.startswith("/usr"))
+
+
+def bwrap_command(folder: str, command: list[str]) -> list[str]:
+    """``command`` run under bubblewrap with ``folder`` (the run's own) as its only writable place and working
+    folder; paths in ``command`` under ``folder`` must be given as seen inside (under ``FOLDER``)."""
+    mounts = []
+    for path in SYSTEM_FOLDERS:  # on a merged-/usr system /bin, /lib... are links into /usr: made as links
+        if os.path.islink(path):
+            mounts += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            mounts += ["--ro-bind", path, path]
+    for path in _python_folders():
+        mounts += ["--ro-bind", path, path]
+    return [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(NOBODY),
+        "--gid",
+        str(NOBODY),
+        *mounts,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(TMP_BYTES),
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        str(TMP_BYTES),
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        folder,
+        FOLDER,
+        "--chdir",
+        FOLDER,
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        FOLDER,
+        "--setenv",
+        "OMP_NUM_THREADS",
+        "1",
+        "--setenv",
+        "PYTHONHASHSEED",
+        "0",
+        "--",
+        *command,
+    ]
+
+
+@functools.cache
+def sandbox_problem(kind: str) -> str | None:
+    """Why ``kind`` cannot run programs on this node (``None``: it can): for bwrap, whether it is installed and
+    starts a Python that runs a line."""
+    if kind == "none":
+        return None
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed on this node"
+    try:
+        with tempfile.TemporaryDirectory(prefix="snakeskills-probe-") as folder:
+            probe = bwrap_command(folder, [sys.executable, "-I", "-S", "-c", "pass"])
+            result = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap (bwrap) did not start: {error}"
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        return (
+            f"bubblewrap (bwrap) cannot make a sandbox on this node ({reason}); it needs user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) or to run as root"
+        )
+    return None
+
+
+def check_sandbox(kind: str, key: str = "judge.sandbox") -> None:
+    """Stop when ``kind`` cannot run programs here, saying what is missing and the way out."""
+    problem = sandbox_problem(kind)
+    if problem is not None:
+        raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}: {INSTALL_HINT}")
