@@ -10,11 +10,12 @@ unique), a wrong one (an assertion fails), one
 with a syntax error, one that loops until the time limit (1 in 100), or prose with no code. Timed, alternately:
 
 - ``snakeskills``: ``judge_records`` (program extraction, one fresh limited ``python3 -I`` per distinct program,
-  ``--workers`` at a time, the process group killed at the limit);
+  ``--workers`` at a time, the process group killed at the limit), in its bubblewrap sandbox (``judge.sandbox:
+  bwrap``, the default: namespaces, read-only mounts, cgroups where it may make them) and without (``none``);
 - ``plain``: the obvious hand-written harness: for each sample in turn, the last ```python block written to a
   file and run with ``subprocess.run([python3, file], timeout=...)``.
 
-Both give the same verdicts (checked); the ratio is the plain harness's time over ours.
+All give the same verdicts (checked); the ratios are the plain harness's time over ours, and the sandbox's cost.
 """
 
 from __future__ import annotations
@@ -112,17 +113,21 @@ def main() -> None:
 
     records = workload(arguments.problems, arguments.seeds, seed=0, distinct=arguments.distinct)
     settings = {"extraction": "code", "timeout_seconds": TIMEOUT_SECONDS, "memory_limit_mb": 1024}
-    times = {"snakeskills": [], "plain": []}
+    times = {"snakeskills": [], "snakeskills_unsandboxed": [], "plain": []}
+    judged = {}
     for _ in range(arguments.repeats):
-        started = time.perf_counter()
-        judged = judge_records(records, settings, num_workers=arguments.workers)
-        times["snakeskills"].append(time.perf_counter() - started)
+        for name, sandbox in (("snakeskills", "bwrap"), ("snakeskills_unsandboxed", "none")):
+            started = time.perf_counter()
+            judged[name] = judge_records(records, {**settings, "sandbox": sandbox}, num_workers=arguments.workers)
+            times[name].append(time.perf_counter() - started)
         started = time.perf_counter()
         plain = plain_harness(records)
         times["plain"].append(time.perf_counter() - started)
-    ours = [row["symbolic_correct"] for row in judged]
-    if ours != plain:
-        raise SystemExit(f"verdicts differ on {sum(a != b for a, b in zip(ours, plain, strict=True))} samples")
+    for name, rows in judged.items():
+        ours = [row["symbolic_correct"] for row in rows]
+        if ours != plain:
+            raise SystemExit(f"{name}: verdicts differ on {sum(a != b for a, b in zip(ours, plain, strict=True))}")
+    judged = judged["snakeskills"]
     statuses = [row["execution_status"] for row in judged]
     best = {name: min(values) for name, values in times.items()}
     result = {
@@ -136,6 +141,7 @@ def main() -> None:
         "best_seconds": best,
         "samples_per_second": {name: round(len(records) / seconds, 1) for name, seconds in best.items()},
         "plain_over_snakeskills": round(best["plain"] / best["snakeskills"], 2),
+        "sandboxed_over_unsandboxed": round(best["snakeskills"] / best["snakeskills_unsandboxed"], 2),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }

@@ -1,6 +1,6 @@
 """Running a generated program against its tests: the verdict of a code benchmark (``judge.extraction: code``).
 
-A code benchmark's prepared row carries its tests in one of two forms:
+A code benchmark's prepared row carries its tests in one of three forms:
 
 - ``tests``: a Python program that exits with status 0 when the solution is right (a chain of ``assert``s, or
   HumanEval's ``check`` function and its call), and optionally ``starter_code``, the code the answer continues
@@ -12,85 +12,48 @@ A code benchmark's prepared row carries its tests in one of two forms:
   its standard output matches the expected output token by token (whitespace and line breaks aside; numbers equal
   within 1e-6, so ``0.5`` matches ``0.500000``). Cases run in order; the first failing one decides.
 
+- ``call_cases``: a function name, each call's arguments and its expected return value (APPS' call-based rows). A
+  harness after the answer calls the function and reports each value as JSON; the judge compares them outside.
+
 The answer is the last fenced code block of the generation (```` ```python ```` preferred; the text itself when it
 has no fence and parses as Python).
 
-Each run is a fresh ``python3 -I`` process in its own empty working folder and session, its output discarded (or,
-for a case, kept in a file there) and these limits (set inside the child before the program is compiled, soft =
-hard, so it cannot raise them): wall clock ``timeout_seconds`` (per case; the whole process group is killed past
-it), CPU time, address space ``memory_limit_mb``, files (and a case's output) of at most 16 MB, no core dumps. This
-bounds mistakes, not malice: the program runs as the job's user, with the job's file system and network. Run code
-benchmarks where that is acceptable (a throwaway container or cluster node), as with any execution-based harness.
+Each run (``program_runner``) is a fresh ``python3 -I`` process in its own folder, by default in a bubblewrap
+sandbox (``sandbox.py``: no network, its own processes, a read-only view of only what Python needs, no
+capabilities), under these limits
+(set inside the child before the program is compiled, soft = hard, so it cannot raise them): wall clock
+``timeout_seconds`` (per case; everything it started is killed past it), CPU time, address space
+``memory_limit_mb``, files (and a case's output) of at most 16 MB, no core dumps; in the sandbox also 64 processes
+and the memory of all of them together (cgroups, where the judge may make them). The program's own file is read and
+removed before it runs. Tests pass only with the harness's proof that they ran to their end: a nonce the child reads
+from a pipe before the program runs and writes to another only when the program returns, so an exit with status 0
+before the tests is a failure. What remains forgeable is said in docs/benchmarks.md (the sandbox section).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import logging
 import math
-import os
 import re
-import secrets
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import textwrap
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from snakeskills.sandbox import bwrap_command, check_sandbox
+from snakeskills.program_runner import Outcome, run_once
+from snakeskills.sandbox import check_sandbox
 
 logger = logging.getLogger(__name__)
 
 PASSED, FAILED, TIMED_OUT, NO_CODE = "passed", "failed", "timed out", "no code"
-OUTPUT_LIMIT_BYTES = 16 * 1024 * 1024
 ERROR_TAIL_CHARS = 300
 
 _FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^`]*$")
 _DEFINITION = re.compile(r"^\s*(?:async\s+def|def|class)\s+\w+", re.MULTILINE)
 _PYTHON_TAGS = ("python", "py", "python3")
-
-# Runs in the child: limits first; then the nonce is read from its pipe (and the pipe closed), the program file
-# read and removed (a program cannot read its tests back through __file__) and run as __main__; only when it
-# returns does the nonce go to the proof pipe: a program that exits early (sys.exit(0), os._exit(0)) or
-# raises leaves no proof, and exit status 0 without the proof is not a pass.
-_BOOTSTRAP = """\
-import os, resource, sys
-
-
-def _run():
-    cpu_seconds, memory_bytes, output_bytes, processes, nonce_fd, proof_fd = (int(value) for value in sys.argv[1:7])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (output_bytes, output_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if memory_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    if processes:
-        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-    nonce = os.read(nonce_fd, 64)
-    os.close(nonce_fd)
-    path = sys.argv[7]
-    with open(path, encoding="utf-8") as file:
-        source = file.read()
-    os.remove(path)
-    sys.argv = sys.argv[7:]
-    code = compile(source, path, "exec")
-    del source
-    module = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
-    exec(code, module)
-    os.write(proof_fd, nonce)
-
-
-_run()
-"""
-# processes a sandboxed program may have at once (its own included); counted in its own user namespace
-SANDBOX_PROCESSES = 64
-STDERR_TAIL_BYTES = 64 * 1024
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -211,43 +174,35 @@ def program_under_test(answer: str, *, starter_code: str | None, tests: str, imp
     return "\n".join([program, "", "", tests.rstrip("\n"), ""])
 
 
-_CALL_TESTS = """\
+# Appended to a call-based answer: calls its function with each case's arguments and reports each return value as
+# strict JSON (a line per case) to the report file the judge opened; the expected values never enter the sandbox,
+# and an object that is not plain data (one whose __eq__ lies) is not JSON, so it cannot pass.
+_CALL_HARNESS = """
+
 import json as _json
+import os as _os
 
-
-def _normalized(value):
-    try:
-        return _json.loads(_json.dumps(value))  # tuples as lists, as the expected values were stored
-    except (TypeError, ValueError):
-        return value
-
-
-def _same(got, expected):
-    got = _normalized(got)
-    return got == expected or (isinstance(expected, list) and len(expected) == 1 and got == expected[0])
-
-
-_CASES = _json.loads({cases!r})
 _NAME = {name!r}
 if "Solution" in globals() and hasattr(Solution, _NAME):
     _function = getattr(Solution(), _NAME)
 else:
     _function = globals()[_NAME]
-for _number, (_arguments, _expected) in enumerate(_CASES, start=1):
-    _got = _function(*_arguments)
-    assert _same(_got, _expected), (
-        f"case {{_number}} of {{len(_CASES)}}: {{_NAME}}(...) returned {{_got!r:.60}}, expected {{_expected!r:.60}}"
-    )
+for _arguments in _json.loads({arguments!r}):
+    _os.write(__report_fd__, (_json.dumps(_function(*_arguments), allow_nan=False) + "\\n").encode("utf-8"))
 """
 
 
-def call_tests(function_name: str, arguments: list[list], expected: list) -> str:
-    """A test program for call-based cases (APPS' ``fn_name`` rows): each case calls the answer's function (a
-    method of its ``Solution`` class, LeetCode style, or a top-level function) with its arguments, and the result
-    must equal the expected value (a tuple as a list; APPS stores some expected values wrapped in a list, which
-    also match)."""
-    cases = json.dumps([[list(case), result] for case, result in zip(arguments, expected, strict=True)])
-    return _CALL_TESTS.format(cases=cases, name=function_name)
+def call_cases(function_name: str, arguments: list[list], expected: list) -> dict:
+    """A call-based row's cases (APPS' ``fn_name`` rows), as its ``call_cases`` field: the function to call (a
+    method of the answer's ``Solution`` class, LeetCode style, or a top-level function), each call's arguments and
+    its expected return value."""
+    return {"function": function_name, "arguments": arguments, "expected": expected}
+
+
+def _same_value(got, expected) -> bool:
+    """A returned value (parsed from JSON: a tuple reads as a list) equals the expected one; APPS stores some
+    expected values wrapped in a list, which also match."""
+    return got == expected or (isinstance(expected, list) and len(expected) == 1 and got == expected[0])
 
 
 @dataclass(frozen=True)
@@ -266,17 +221,25 @@ class ProgramRun:
 @dataclass(frozen=True)
 class ProgramCheck:
     """One program and what it is checked against: ``cases`` ((input, expected output) pairs, run on its standard
-    input), or, when there are none, the tests inside the program itself (``program_under_test``)."""
+    input); ``calls`` (the JSON text of each call's expected return value, which the program reports); or, when
+    there are neither, the tests inside the program itself (``program_under_test``)."""
 
     program: str
     cases: tuple[tuple[str, str], ...] = ()
+    calls: tuple[str, ...] = ()
 
 
 def row_check(answer: str, row: dict) -> ProgramCheck:
     """What an answer (or a reference solution) to a prepared code row is run as: the row's ``imports`` (when it
-    has them), the answer after its starter (``continued``), then either the row's ``tests`` in the same file or,
-    for a row with ``test_cases``, the cases on its standard input."""
+    has them), the answer after its starter (``continued``), then either the row's ``tests`` in the same file, for
+    a row with ``test_cases`` the cases on its standard input, or for a row with ``call_cases`` a harness calling
+    its function, whose return values the judge compares outside the sandbox."""
     code = {"starter_code": row.get("starter_code"), "imports": row.get("imports")}
+    if row.get("call_cases"):
+        calls = row["call_cases"]
+        harness = _CALL_HARNESS.format(name=calls["function"], arguments=json.dumps(calls["arguments"]))
+        expected = tuple(json.dumps(value) for value in calls["expected"])
+        return ProgramCheck(answer_program(answer, **code) + "\n" + harness, calls=expected)
     if row.get("test_cases"):
         cases = tuple((case["input"], case["output"]) for case in row["test_cases"])
         return ProgramCheck(answer_program(answer, **code) + "\n", cases)
@@ -310,112 +273,7 @@ def outputs_match(actual: str, expected: str) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """One run of a program: its exit status (``None``: killed at the wall-clock limit), the tail of its stderr,
-    its stdout (when it was kept), and whether it left the harness's proof that it ran to its end."""
-
-    returncode: int | None
-    stderr: str
-    stdout: str | None = None
-    finished: bool = False
-
-
-def _run_once(program: str, *, stdin: str | None, timeout_seconds: float, memory_limit_mb, sandbox: str) -> _Outcome:
-    """Run ``program`` once in a fresh folder of its own under the limits, in ``sandbox``; with ``stdin``, feed it
-    that text and keep its standard output.
-
-    Everything the judge reads comes through handles it opened itself, outside the program's reach: standard
-    input, output and error are files in a folder the sandbox does not show (bounded by the file size limit; only
-    the tail of stderr is read), the nonce and the proof go through pipes. Every wait is bounded by the wall-clock
-    limit; a program past it is killed with everything it started; removing its folders cannot fail the judge."""
-    memory_bytes = memory_limit_mb * 1024 * 1024 if memory_limit_mb else 0
-    run_folder = tempfile.mkdtemp(prefix="snakeskills-run-")
-    io_folder = tempfile.mkdtemp(prefix="snakeskills-io-")
-    nonce = secrets.token_hex(16).encode()
-    nonce_read, nonce_write = os.pipe()
-    proof_read, proof_write = os.pipe()
-    try:
-        os.write(nonce_write, nonce)
-        os.close(nonce_write)
-        nonce_write = -1  # closed: never closed twice (another thread may have its number by then)
-        with open(os.path.join(run_folder, "solution.py"), "w", encoding="utf-8") as file:
-            file.write(program)
-        processes = SANDBOX_PROCESSES if sandbox == "bwrap" else 0
-        arguments = [str(math.ceil(timeout_seconds) + 1), str(memory_bytes), str(OUTPUT_LIMIT_BYTES), str(processes)]
-        arguments += [str(nonce_read), str(proof_write)]
-        if sandbox == "bwrap":
-            command = bwrap_command(run_folder, [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, "solution.py"])
-            environment = None
-        else:
-            command = [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, os.path.join(run_folder, "solution.py")]
-            environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": run_folder}
-            environment.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-        stdout_path, stderr_path = os.path.join(io_folder, "stdout"), os.path.join(io_folder, "stderr")
-        input_path = os.path.join(io_folder, "stdin")
-        with open(input_path, "wb") as file:
-            file.write((stdin or "").encode("utf-8"))
-        with open(input_path, "rb") as input_file, open(stdout_path, "wb") as output, open(stderr_path, "wb") as error:
-            process = subprocess.Popen(
-                command,
-                cwd=run_folder,
-                env=environment,
-                stdin=input_file if stdin is not None else subprocess.DEVNULL,
-                stdout=output if stdin is not None else subprocess.DEVNULL,
-                stderr=error,
-                pass_fds=(nonce_read, proof_write),
-                start_new_session=True,
-            )
-        os.close(nonce_read)
-        os.close(proof_write)
-        nonce_read = proof_write = -1
-        try:
-            returncode = process.wait(timeout=timeout_seconds)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        _kill_group(process)  # whatever it left running (in the sandbox, everything died with it already)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        if returncode is None:
-            return _Outcome(None, "")
-        os.set_blocking(proof_read, False)
-        try:
-            proof = os.read(proof_read, 64)
-        except BlockingIOError:
-            proof = b""
-        stdout = _read_text(stdout_path, OUTPUT_LIMIT_BYTES) if stdin is not None else None
-        return _Outcome(returncode, _read_text(stderr_path, STDERR_TAIL_BYTES, tail=True), stdout, proof == nonce)
-    finally:
-        for descriptor in (nonce_read, nonce_write, proof_read, proof_write):
-            if descriptor >= 0:
-                os.close(descriptor)
-        for folder in (run_folder, io_folder):
-            _remove(folder)
-
-
-def _read_text(path: str, limit: int, *, tail: bool = False) -> str:
-    """At most ``limit`` bytes of a file the judge opened (its end with ``tail``), as text."""
-    with open(path, "rb") as file:
-        if tail:
-            file.seek(max(0, os.fstat(file.fileno()).st_size - limit))
-        return file.read(limit).decode("utf-8", "replace")
-
-
-def _remove(folder: str) -> None:
-    """Remove a run's folder, whatever the program left in it (unreadable or unwritable folders included)."""
-
-    def allow(function, path, _):
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-
-    with contextlib.suppress(OSError):
-        shutil.rmtree(folder, onerror=allow)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _failure(outcome: _Outcome, timeout_seconds: float, where: str = "") -> ProgramRun:
+def _failure(outcome: Outcome, timeout_seconds: float, where: str = "") -> ProgramRun:
     """The verdict of a run that did not pass (``where``: which case, as a prefix)."""
     if outcome.returncode is None:
         return ProgramRun(TIMED_OUT, f"{where}ran past {timeout_seconds:g} s")
@@ -434,14 +292,16 @@ def run_check(
     case runs in a fresh folder: nothing a run leaves there (a file, a cache) reaches the next case. Tests pass
     only with the harness's proof that the program ran to its end (status 0 alone is not a pass)."""
     limits = {"timeout_seconds": timeout_seconds, "memory_limit_mb": memory_limit_mb, "sandbox": sandbox}
+    if check.calls:
+        return _judge_calls(run_once(check.program, stdin=None, report=True, **limits), check.calls, timeout_seconds)
     if not check.cases:
-        outcome = _run_once(check.program, stdin=None, **limits)
+        outcome = run_once(check.program, stdin=None, **limits)
         if outcome.returncode == 0 and not outcome.finished:
             return ProgramRun(FAILED, "exited before its tests finished (status 0 without the harness's proof)")
         return ProgramRun(PASSED) if outcome.returncode == 0 else _failure(outcome, timeout_seconds)
     for number, (case_input, expected) in enumerate(check.cases, start=1):
         where = f"case {number} of {len(check.cases)}: "
-        outcome = _run_once(check.program, stdin=case_input, **limits)
+        outcome = run_once(check.program, stdin=case_input, **limits)
         if outcome.returncode != 0:
             return _failure(outcome, timeout_seconds, where)
         if not outputs_match(outcome.stdout, expected):
@@ -450,9 +310,25 @@ def run_check(
     return ProgramRun(PASSED)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+def _judge_calls(outcome: Outcome, calls: tuple[str, ...], timeout_seconds: float) -> ProgramRun:
+    """The verdict of a call-based run: every call's reported value (JSON) equals the expected one, in order."""
+    if outcome.returncode != 0:
+        return _failure(outcome, timeout_seconds)
+    if not outcome.finished:
+        return ProgramRun(FAILED, "exited before its calls finished (status 0 without the harness's proof)")
+    lines = outcome.report.splitlines()
+    for number, expected in enumerate(calls, start=1):
+        where = f"case {number} of {len(calls)}: "
+        if number > len(lines):
+            return ProgramRun(FAILED, f"{where}no value reported")
+        try:
+            got = json.loads(lines[number - 1])
+        except ValueError:
+            return ProgramRun(FAILED, f"{where}reported {_shortened(lines[number - 1], 60)!r}, not JSON")
+        if not _same_value(got, json.loads(expected)):
+            shown = f"returned {_shortened(json.dumps(got), 60)}, expected {_shortened(expected, 60)}"
+            return ProgramRun(FAILED, where + shown)
+    return ProgramRun(PASSED)
 
 
 def run_many(

@@ -29,6 +29,7 @@ from fractions import Fraction
 from snakeskills.code_execution import NO_CODE, extract_program, row_check, run_many
 from snakeskills.errors import SnakeskillsError
 from snakeskills.registry import choose
+from snakeskills.sandbox import sandbox_limits
 
 logger = logging.getLogger(__name__)
 
@@ -316,10 +317,11 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
     failed, timed out or no code, and ``execution_error`` the failing program's last error line (or the case it
     failed)."""
     for record in records:
-        if not record.get("tests") and not record.get("test_cases"):
+        if not any(record.get(field) for field in ("tests", "test_cases", "call_cases")):
             raise SnakeskillsError(
                 f"record {record.get('id')!r} has no tests: judge.extraction code judges a code benchmark's rows "
-                "(prepared with benchmarks.<name>.code), whose 'tests' or 'test_cases' field its programs run against"
+                "(prepared with benchmarks.<name>.code), whose 'tests', 'test_cases' or 'call_cases' field its "
+                "programs run against"
             )
     answers = [extract_program(record["generation"]) for record in records]
     checks = {
@@ -354,13 +356,13 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
         )
     statuses = [record["execution_status"] for record in judged]
     logger.info(
-        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each, sandbox %s)",
+        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each; %s)",
         len(judged),
         ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses)),
         len(set(checks.values())),
         num_workers,
         judge_config["timeout_seconds"],
         judge_config["memory_limit_mb"],
-        judge_config["sandbox"],
+        sandbox_limits(judge_config["sandbox"]),
     )
     return judged

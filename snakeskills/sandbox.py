@@ -15,18 +15,23 @@ on a node, ``check_sandbox`` stops the plan or the job saying what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 
 SANDBOXES = ("bwrap", "none")
 FOLDER = "/sandbox"  # where a run's folder appears inside the sandbox
 TMP_BYTES = 64 * 1024 * 1024
+SANDBOX_PROCESSES = 64  # processes a sandboxed run may have at once, its own included
 NOBODY = 65534
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; conda: "
@@ -131,3 +136,88 @@ def check_sandbox(kind: str, key: str = "judge.sandbox") -> None:
     problem = sandbox_problem(kind)
     if problem is not None:
         raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}: {INSTALL_HINT}")
+
+
+# ---------------------------------------------------------------- the processes and memory of a whole run
+
+CGROUPS = "/sys/fs/cgroup"
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per controller (cgroup v1: ``pids``, ``memory``) or ``""`` for the unified (v2)
+    hierarchy, from /proc/self/cgroup."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                found[controller] = path
+    return found
+
+
+def _limit_files(processes: int, memory_bytes: int | None) -> list[tuple[str, dict[str, str]]]:
+    """(the folder of a new cgroup, its limit files) for each hierarchy that can cap a run: v1's pids and memory
+    controllers, or v2's unified one with both."""
+    own = _own_cgroups()
+    name = f"snakeskills-run-{uuid.uuid4().hex}"
+    if os.path.isfile(os.path.join(CGROUPS, "cgroup.controllers")):  # v2 mounted at the root
+        limits = {"pids.max": str(processes)}
+        if memory_bytes:
+            limits |= {"memory.max": str(memory_bytes), "memory.swap.max": "0"}
+        return [(os.path.join(CGROUPS, own.get("", "/").lstrip("/"), name), limits)]
+    plans = [(os.path.join(CGROUPS, "pids", own.get("pids", "/").lstrip("/"), name), {"pids.max": str(processes)})]
+    if memory_bytes:
+        memory = os.path.join(CGROUPS, "memory", own.get("memory", "/").lstrip("/"), name)
+        plans.append((memory, {"memory.limit_in_bytes": str(memory_bytes)}))
+    return plans
+
+
+@contextlib.contextmanager
+def run_cgroups(*, processes: int, memory_bytes: int | None) -> Iterator[list[str]]:
+    """New cgroups capping the processes (and memory, in total) of one run, where this process may make them (as
+    root, or with a delegated cgroup); yields the ``cgroup.procs`` files the run joins (``joined``), empty where
+    none could be made; removes them afterwards."""
+    created = []
+    for folder, limits in _limit_files(processes, memory_bytes):
+        try:
+            os.mkdir(folder)
+            created.append(folder)
+            for file_name, value in limits.items():
+                with open(os.path.join(folder, file_name), "w") as file:
+                    file.write(value)
+        except OSError:
+            continue  # this hierarchy cannot cap the run; the rest may
+    try:
+        yield [os.path.join(folder, "cgroup.procs") for folder in created]
+    finally:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+def joined(procs_files: list[str], command: list[str]) -> list[str]:
+    """``command`` run after joining the cgroups (``run_cgroups``): a shell writes its own pid into each
+    ``cgroup.procs`` and then becomes the command, so that nothing it starts is outside them."""
+    if not procs_files:
+        return command
+    script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", str(len(procs_files)), *procs_files, *command]
+
+
+@functools.cache
+def cgroups_available() -> bool:
+    """Whether this process can cap a run's processes and memory with cgroups of its own (``run_cgroups``)."""
+    with run_cgroups(processes=SANDBOX_PROCESSES, memory_bytes=1 << 30) as procs_files:
+        return len(procs_files) == len(_limit_files(SANDBOX_PROCESSES, 1 << 30)) and bool(procs_files)
+
+
+def sandbox_limits(kind: str) -> str:
+    """What caps a run's processes and memory, for the judge's log."""
+    if kind == "none":
+        return "sandbox none: programs run as the job's user, with its files and network; memory capped per process"
+    if cgroups_available():
+        return f"sandbox bwrap; each run capped at {SANDBOX_PROCESSES} processes and memory_limit_mb in all (cgroups)"
+    return (
+        f"sandbox bwrap; no cgroup can be made here: memory is capped per process, and processes at "
+        f"{SANDBOX_PROCESSES} per run only when the judge is not root (RLIMIT_NPROC in the run's user namespace)"
+    )

@@ -408,8 +408,9 @@ def apps_spec(folder: Path, **code) -> dict:
 
 def test_apps_rows_become_stdin_cases_or_a_call_test(tmp_path):
     """APPS' JSON-text columns: a stdin problem's input_output becomes its test_cases; a call-based one (fn_name)
-    a test program calling the answer's function; the first of its solutions is the reference, and each reference
-    passed its own cases while preparing (a wrong key would have stopped it)."""
+    call cases (the function, each call's arguments and expected value), whose values the program reports and the
+    judge compares outside the sandbox; the first of its solutions is the reference, and each reference passed its
+    own cases while preparing (a wrong key would have stopped it)."""
     from dataset_fixtures import APPS_TEST, write_apps
 
     rows = prepare_split("apps", resolve_benchmark_spec("apps", apps_spec(write_apps(tmp_path / "apps"))), "test")
@@ -423,7 +424,8 @@ def test_apps_rows_become_stdin_cases_or_a_call_test(tmp_path):
     assert "input_output" not in rows[0] and "solutions" not in rows[0], "what the code keys read is in the fields"
     assert rows[0]["difficulty"] == "introductory", "the other source columns are kept"
     assert rows[0]["reference_solution"] == json.loads(APPS_TEST[0]["solutions"])[0]
-    assert "test_cases" not in rows[2] and "_NAME = 'sumEven'" in rows[2]["tests"]
+    assert "test_cases" not in rows[2] and "tests" not in rows[2]
+    assert rows[2]["call_cases"]["function"] == "sumEven" and len(rows[2]["call_cases"]["expected"]) == 3
     assert rows[2]["imports"] == "from typing import List"
 
     def judged(answer: str, row: dict) -> tuple[str, str | None]:
@@ -437,8 +439,15 @@ def test_apps_rows_become_stdin_cases_or_a_call_test(tmp_path):
     wrong = "def sumEven(nums):\n    return sum(nums)"  # a top-level function is called when there is no class
     assert judged(wrong, rows[2]) == (
         FAILED,
-        "AssertionError: case 1 of 3: sumEven(...) returned 10, expected [6]",
+        "case 1 of 3: returned 10, expected [6]",
     )
+    liar = "class Equal:\n    def __eq__(self, other):\n        return True\n\n\ndef sumEven(nums):\n    return Equal()"
+    status, error = judged(liar, rows[2])
+    assert status == FAILED and error.startswith("TypeError: Object of type Equal is not JSON serializable"), (
+        "an object whose __eq__ always agrees is not a value: it cannot pass"
+    )
+    early = "import sys\n\n\ndef sumEven(nums):\n    sys.exit(0)"
+    assert judged(early, rows[2]) == (FAILED, "exited before its calls finished (status 0 without the harness's proof)")
     shown = prepare_split(
         "apps", resolve_benchmark_spec("apps", apps_spec(tmp_path / "apps", show_tests=True)), "test"
     )[1]["problem"]

@@ -30,6 +30,8 @@ def key_exists(path: list[str]) -> bool:
                     children.append(properties[name])
                 elif isinstance(resolved.get("additionalProperties"), dict):  # benchmarks: {name: spec}
                     children.append(resolved["additionalProperties"])
+                elif resolved.get("additionalProperties") is True:  # a metric's options: any key
+                    return True
         if not children:
             return False
         nodes = children

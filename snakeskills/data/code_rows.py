@@ -9,7 +9,16 @@ import json
 from snakeskills.data.specs import CODE_COLUMN_KEYS, run_columns
 from snakeskills.errors import SnakeskillsError
 
-CODE_FIELDS = ("id", "problem", "tests", "test_cases", "imports", "starter_code", "reference_solution")
+CODE_FIELDS = (
+    "id",
+    "problem",
+    "tests",
+    "test_cases",
+    "call_cases",
+    "imports",
+    "starter_code",
+    "reference_solution",
+)
 
 
 def code_columns(code: dict, key: str) -> dict[str, str]:
@@ -109,9 +118,9 @@ def case_fields(value, *, name: str, where: str) -> dict:
     """The fields a ``cases`` column's value gives its row: ``test_cases`` (``[{"input", "output"}]``) from a
     list of ``{input, output}`` objects (LiveCodeBench), or ``{inputs: [...], outputs: [...]}`` (APPS) /
     ``{input: [...], output: [...]}`` (CodeContests), each possibly JSON text; or, for APPS' call-based cases (with
-    ``fn_name``: each input is the arguments of a call), ``tests``, a program calling that function
-    (``call_tests``). LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
-    from snakeskills.code_execution import call_tests
+    ``fn_name``: each input is the arguments of a call), ``call_cases`` (the function, each call's arguments and
+    expected value). LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
+    from snakeskills.code_execution import call_cases
 
     value = _decoded(value, name=name, where=where)
     function_name = None
@@ -159,7 +168,7 @@ def case_fields(value, *, name: str, where: str) -> dict:
                 f"{where}: config key {name}: call-based cases (fn_name {function_name!r}) need each input to be "
                 "the list of a call's arguments"
             )
-        return {"tests": call_tests(str(function_name), *map(list, zip(*pairs, strict=True)))}
+        return {"call_cases": call_cases(str(function_name), *map(list, zip(*pairs, strict=True)))}
     cases = [
         {"input": _case_text(i, name=name, where=where), "output": _case_text(o, name=name, where=where)}
         for i, o in pairs
