@@ -207,7 +207,7 @@ def test_a_benchmarks_own_metrics_add_to_replace_or_drop_the_top_level_ones(my_m
             r"metrics\.x\.function: 'nowhere:easiest': module 'nowhere' does "
             "not import",
         ),
-        ({"a/b": {"function": "pass_hat_k"}}, r"config key metrics"),
+        ({"a/b": {"function": "pass_hat_k"}}, r"config key metrics: 'a/b': does not match"),  # '/' is the separator
     ],
 )
 def test_metric_mistakes_stop_the_plan_naming_the_key(my_metrics, metrics, message):
