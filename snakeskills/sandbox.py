@@ -72,7 +72,7 @@ def bwrap_command(folder: str, command: list[str]) -> list[str]:
         str(NOBODY),
         "--gid",
         str(NOBODY),
-        *mounts,
+        # the private folders first: a read-only mount below one of them (a venv in /tmp) must stay visible
         "--proc",
         "/proc",
         "--dev",
@@ -85,6 +85,7 @@ def bwrap_command(folder: str, command: list[str]) -> list[str]:
         str(TMP_BYTES),
         "--tmpfs",
         "/tmp",
+        *mounts,
         "--bind",
         folder,
         FOLDER,

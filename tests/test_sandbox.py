@@ -367,3 +367,17 @@ def test_the_plan_stops_before_any_job_without_bubblewrap(monkeypatch):
         check_code_sandbox(config)  # the explicit way out
     finally:
         sandbox.sandbox_problem.cache_clear()
+
+
+def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
+    """A new user's venv in /tmp (the sandbox's /tmp is private): its folder stays visible, read-only."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")])
+    script = (
+        "from snakeskills.sandbox import sandbox_problem\n"
+        "from snakeskills.code_execution import ProgramCheck, run_check\n"
+        "assert sandbox_problem('bwrap') is None, sandbox_problem('bwrap')\n"
+        "check = ProgramCheck('import sys\\nassert sys.prefix.endswith(\"venv\"), sys.prefix\\n')\n"
+        "print(run_check(check, timeout_seconds=10, memory_limit_mb=1024).status)\n"
+    )
+    process = subprocess.run([str(tmp_path / "venv/bin/python"), "-c", script], capture_output=True, text=True)
+    assert process.stdout.strip() == "passed", process.stderr[-2000:]
