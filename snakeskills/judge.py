@@ -363,6 +363,6 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
         num_workers,
         judge_config["timeout_seconds"],
         judge_config["memory_limit_mb"],
-        sandbox_limits(judge_config["sandbox"]),
+        sandbox_limits(judge_config["sandbox"], judge_config["memory_limit_mb"]),
     )
     return judged

@@ -212,12 +212,13 @@ def cgroups_available() -> bool:
         return len(procs_files) == len(_limit_files(SANDBOX_PROCESSES, 1 << 30)) and bool(procs_files)
 
 
-def sandbox_limits(kind: str) -> str:
+def sandbox_limits(kind: str, memory_limit_mb: int | None) -> str:
     """What caps a run's processes and memory, for the judge's log."""
     if kind == "none":
         return "sandbox none: programs run as the job's user, with its files and network; memory capped per process"
     if cgroups_available():
-        return f"sandbox bwrap; each run capped at {SANDBOX_PROCESSES} processes and memory_limit_mb in all (cgroups)"
+        memory = f" and {memory_limit_mb} MB" if memory_limit_mb else ""
+        return f"sandbox bwrap; each run capped at {SANDBOX_PROCESSES} processes{memory} in all (cgroups)"
     return (
         f"sandbox bwrap; no cgroup can be made here: memory is capped per process, and processes at "
         f"{SANDBOX_PROCESSES} per run only when the judge is not root (RLIMIT_NPROC in the run's user namespace)"
