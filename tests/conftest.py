@@ -270,7 +270,7 @@ RUN_SECONDS = "run-seconds.txt"  # in the finished run: how long it took
 def bubblewrap() -> None:
     """bubblewrap, the code judge's sandbox, on this machine: installed with apt-get on first use when missing (as
     root, as the SLURM test installs slurm; one worker at a time), else the test is skipped. Installed but unable to
-    start a sandbox is a failure."""
+    start a sandbox is a failure. The lock is the one tests/slurm/setup-slurm.sh takes around its apt-get."""
     from snakeskills.sandbox import sandbox_problem
 
     if shutil.which("bwrap") is None:
@@ -280,7 +280,8 @@ def bubblewrap() -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if shutil.which("bwrap") is None:
                 for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "bubblewrap"]):
-                    process = subprocess.run(command, capture_output=True, text=True, timeout=600)
+                    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+                    process = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
                     assert process.returncode == 0, f"{' '.join(command)} failed:\n{process.stderr[-2000:]}"
     sandbox_problem.cache_clear()
     problem = sandbox_problem("bwrap")

@@ -37,8 +37,12 @@ done
 if [[ $missing -eq 1 ]]; then
     log "installing ${PACKAGES[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # one apt-get at a time on this machine: the suite's other installs (bubblewrap) take the same lock
+    exec 9>/tmp/snakeskills-apt.lock
+    flock 9
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+    flock -u 9
 fi
 
 # 2. config: one node, named localhost, with the CPUs and memory slurmd detects here
