@@ -161,12 +161,20 @@ def _read_text(path: str, limit: int, *, tail: bool = False) -> str:
 
 
 def _remove(folder: str) -> None:
-    """Remove a run's folder, whatever the program left in it (unreadable or unwritable folders included)."""
+    """Remove a run's folder, whatever the program left in it (folders it made unreadable or unwritable included).
+    Only what lies inside ``folder`` is ever made writable again: never the folder's parent (the temporary
+    folder every user shares) and never what a link points to."""
+    root = os.path.realpath(folder)
+
+    def inside(path: str) -> bool:
+        real = os.path.realpath(path)
+        return real != root and real.startswith(root + os.sep) and not os.path.islink(path)
 
     def allow(function, path, _):
         with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
+            for entry in (os.path.dirname(path), path):
+                if entry == folder or inside(entry):
+                    os.chmod(entry, 0o700)
             function(path)
 
     with contextlib.suppress(OSError):

@@ -197,6 +197,9 @@ def hostile_judged(tmp_path_factory):
     rows = hostile_rows(outside, input_path, listener.port, marker)
     input_path.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
     settings = {"extraction": "code", "timeout_seconds": 5, "memory_limit_mb": 1024, "sandbox": "bwrap"}
+    shared_tmp = folder / "tmp"  # the judge's TMPDIR, shared like /tmp: its mode must survive every cleanup
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o1777)
     started = time.monotonic()
     process = subprocess.run(
         [sys.executable, "-m", "snakeskills.cli", "judge", "--settings-json", json.dumps(settings), "--threads", "2"]
@@ -204,7 +207,7 @@ def hostile_judged(tmp_path_factory):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "SNAKESKILLS_PROBE_SECRET": SECRET},
+        env={**os.environ, "SNAKESKILLS_PROBE_SECRET": SECRET, "TMPDIR": str(shared_tmp)},
     )
     elapsed = time.monotonic() - started
     time.sleep(0.3)
@@ -213,6 +216,7 @@ def hostile_judged(tmp_path_factory):
     if process.returncode == 0:
         judged = {row["id"]: row for row in map(json.loads, (folder / "judged.jsonl").read_text().splitlines())}
     yield {
+        "shared_tmp": shared_tmp,
         "rows": rows,
         "process": process,
         "judged": judged,
@@ -311,6 +315,9 @@ def test_attacks_on_the_judge_hit_only_the_program(hostile_judged):
     status, error = verdict(hostile_judged, "a flood on stderr")
     assert status == "failed" and len(error) <= 300, "the file size limit stops it; the judge reads only a tail"
     assert verdict(hostile_judged, "a folder it cannot remove") == ("passed", None)
+    shared_tmp = hostile_judged["shared_tmp"]
+    assert oct(shared_tmp.stat().st_mode & 0o7777) == oct(0o1777), "cleanup never touches the folder above a run's"
+    assert list(shared_tmp.iterdir()) == [], "every run's folders are removed"
 
 
 def test_processes_and_their_memory_are_capped_per_run(hostile_judged):
@@ -381,3 +388,22 @@ def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
     )
     process = subprocess.run([str(tmp_path / "venv/bin/python"), "-c", script], capture_output=True, text=True)
     assert process.stdout.strip() == "passed", process.stderr[-2000:]
+
+
+def test_removing_a_run_folder_never_touches_the_folder_above_it(tmp_path):
+    """A run folder gone before its cleanup (or one that cannot be removed) must not make the shared temporary
+    folder above it private: a cleanup that made its parent writable for itself once turned /tmp into mode 0700."""
+    from snakeskills.program_runner import _remove
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    _remove(str(shared / "snakeskills-run-gone"))
+    kept = shared / "snakeskills-run-kept"
+    (kept / "inner").mkdir(parents=True)
+    (kept / "inner" / "file").write_text("x")
+    (kept / "link").symlink_to(shared)  # a link to the folder above: never followed
+    (kept / "inner").chmod(0)
+    _remove(str(kept))
+    assert oct(shared.stat().st_mode & 0o7777) == oct(0o1777)
+    assert list(shared.iterdir()) == []
