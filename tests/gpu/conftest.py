@@ -35,10 +35,15 @@ def device() -> str:
 
 @pytest.fixture(scope="session")
 def record():
-    """``record(test, figures)``: the figures a test measured, merged into RESULTS when the session ends."""
-    figures: dict[str, dict] = {}
-    yield lambda test, values: figures.setdefault(test, {}).update(values)
-    if figures and DEVICE == "cuda":
+    """``record(test, figures)``: the figures a test measured, merged into RESULTS at once (a GPU lease that ends
+    mid-suite keeps what the finished tests measured)."""
+
+    def merge(test: str, values: dict) -> None:
+        if DEVICE != "cuda":
+            return
         previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         device = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-        RESULTS.write_text(json.dumps({**previous, **figures, "machine": device}, indent=2) + "\n")
+        merged = {**previous, test: {**previous.get(test, {}), **values}, "machine": device}
+        RESULTS.write_text(json.dumps(merged, indent=2) + "\n")
+
+    return merge
