@@ -1,11 +1,18 @@
 rule eval:
     input:
         metrics=PLAN.eval_metrics_files(),
+        problems=PLAN.eval_problem_score_files(),
         funnel=PLAN.funnel_tables(),
         built_models=PLAN.base_model_inputs(),
     output:
         summary=LAYOUT.summary,
         table=LAYOUT.summary_table,
+        flips=report(
+            LAYOUT.flips,
+            caption="../report/flips.rst",
+            category="Evaluation",
+            labels={"table": "problems that flipped"},
+        ),
     params:
         runs=PLAN.eval_runs(),
         base_model=PLAN.base_model,

@@ -4,6 +4,7 @@ rule summarize:
     output:
         metrics=LAYOUT.metrics,
         table=LAYOUT.metrics_table,
+        problems=LAYOUT.problem_scores,
     params:
         metrics=named_metrics,
     log:

@@ -8,5 +8,6 @@ with script_logging(snakemake.log[0]) as logger:
         snakemake.params.metrics,
         metrics_path=snakemake.output.metrics,
         table_path=snakemake.output.table,
+        problems_path=snakemake.output.problems,
     )
     logger.info("\n%s", table)

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import iter_jsonl, read_json, write_json, write_text
+from snakeskills.io import iter_jsonl, read_json, write_json, write_jsonl, write_text
 from snakeskills.metrics import (
     EXECUTION_ERROR,
     EXECUTION_STATUS,
@@ -25,6 +25,9 @@ from snakeskills.metrics import (
     vote_keys,
 )
 from snakeskills.named_metrics import compute_named_metrics, format_metric, is_named_metric, metric_lines
+from snakeskills.paired import FLIPS_HEADER, PAIRED_GAIN, problem_score_rows
+from snakeskills.paired import compare as compare_paired
+from snakeskills.paired import describe as describe_paired
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
@@ -36,7 +39,7 @@ NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
 
 def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
     """One frame over all seeds; each seed file must list the same problem ids in the same order."""
-    seeds = _load_seeds(seed_paths)
+    _, seeds = _load_seeds(seed_paths)
     return pl.concat(
         [
             seed.select(
@@ -52,7 +55,10 @@ def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
 
 def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
     """``{benchmark: {eval_mode: {metric: value}}}`` for one (model, benchmark, split)."""
-    seeds = _load_seeds(seed_paths)
+    return _summarize_seeds(benchmark, _load_seeds(seed_paths)[1])
+
+
+def _summarize_seeds(benchmark: str, seeds: list[pl.DataFrame]) -> dict:
     score_columns = [column for column in SCORE_COLUMNS if column in seeds[0].columns]
     num_samples, num_problems = len(seeds), seeds[0].height
     answers = answer_codes(pl.concat([vote_keys(seed) for seed in seeds]))
@@ -69,11 +75,23 @@ def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
 
 
 def write_benchmark_summary(
-    benchmark: str, seed_paths: list[str | Path], metric_specs: dict[str, dict], *, metrics_path, table_path
+    benchmark: str,
+    seed_paths: list[str | Path],
+    metric_specs: dict[str, dict],
+    *,
+    metrics_path,
+    table_path,
+    problems_path,
 ) -> str:
     """``metrics.json``: the benchmark's eval modes (``summarize_benchmark``) and its named metrics
-    (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric."""
-    metrics = summarize_benchmark(benchmark, seed_paths)
+    (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric;
+    ``problems.jsonl``: each problem's correct samples (``paired.problem_score_rows``)."""
+    ids, seeds = _load_seeds(seed_paths)
+    metrics = _summarize_seeds(benchmark, seeds)
+    scores = {
+        column: np.stack([seed[column].to_numpy() for seed in seeds]) for column in SCORE_COLUMNS if column in seeds[0]
+    }
+    write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
     named = compute_named_metrics(benchmark, metric_specs, seed_paths)
     table = format_table(benchmark, metrics[benchmark]) + "".join(format_metric(k, v) for k, v in named.items())
     write_json(metrics_path, {**metrics, **named})
@@ -81,9 +99,9 @@ def write_benchmark_summary(
     return table
 
 
-def _load_seeds(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
-    """Per seed file, in order: ``predicted_answer``, ``num_generated_tokens``, the score columns, and where the
-    first row has them ``finish_reason`` and the execution fields.
+def _load_seeds(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFrame]]:
+    """The problem ids, and per seed file, in order: ``predicted_answer``, ``num_generated_tokens``, the score
+    columns, and where the first row has them ``finish_reason`` and the execution fields.
 
     Files are parsed by polars, reading only the fields the metrics need. Anything unusual (a malformed
     line, a missing or null field, a non-boolean score, an empty file) sends all files through the
@@ -107,7 +125,7 @@ def _load_seeds(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
             )
         seeds.append(frame.drop("id"))
     _check_same_scores(seed_paths, seeds)
-    return seeds
+    return reference_ids.to_list(), seeds
 
 
 def _read_seed_fast(path: str | Path) -> pl.DataFrame | None:
@@ -177,7 +195,7 @@ def _count_in_file(path: str | Path, needle: bytes, chunk_size: int = 1 << 23) -
             start = carried
 
 
-def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
+def _load_seeds_per_row(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFrame]]:
     """The per-row reader: json per line, every field checked, errors name the file and line."""
     seeds = []
     reference_ids = None
@@ -224,7 +242,7 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> list[pl.DataFrame]:
             )
         )
     _check_same_scores(seed_paths, seeds)
-    return seeds
+    return [str(problem_id) for problem_id in reference_ids], seeds
 
 
 def _check_same_scores(seed_paths: list[str | Path], seeds: list[pl.DataFrame]) -> None:
@@ -263,8 +281,9 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
 
 
 def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | None = None) -> str:
-    """The eval table, then each model's gain over the base model; with a ``teacher`` in the summary, also the
-    share of the teacher's lead over the base model that each tuned round closed."""
+    """The eval table, then each model's gain over the base model (with its paired confidence interval and flips
+    where the summary has them: ``paired.PAIRED_GAIN``); with a ``teacher`` in the summary, also the share of the
+    teacher's lead over the base model that each tuned round closed."""
     rows = comparison_rows(summary)
     lines = aligned_rows(rows, rule_under_header=True)
     gains = []
@@ -280,7 +299,8 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
                 lead = summary[teacher][benchmark][mode]["symbolic_correct"] - base_score
                 if lead > 0:
                     gain += f" ({100 * delta / lead:.0f}% of the teacher's {lead:+.2f})"
-            gains.append(gain)
+            paired = benchmarks.get(f"{benchmark}/{PAIRED_GAIN}")
+            gains.append(gain + (f"\n  {describe_paired(model, paired)}" if paired else ""))
     title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
     if not any(cell.endswith(" judge") for cell in rows[0]):
         title = "symbolic_correct by model (eval split)"
@@ -295,7 +315,11 @@ def benchmark_entries(entries: dict) -> dict:
 def format_named_comparison(summary: dict[str, dict]) -> str:
     """Each named metric (``"<benchmark>/<name>"``) as a table: one row per leaf of its value, one column per
     model that has it; empty when no model has one."""
-    keys = list(dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key)))
+    keys = [
+        key
+        for key in dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key))
+        if not key.endswith(f"/{PAIRED_GAIN}")
+    ]
     blocks = []
     for key in keys:
         models = [model for model, entries in summary.items() if key in entries]
@@ -310,26 +334,42 @@ def write_comparison(
     *,
     runs,
     metrics_paths,
+    problem_paths,
     funnel_paths=(),
     built_models=(),
     base_model: str,
     teacher: str | None,
     summary_path,
     table_path,
+    flips_path,
 ) -> str:
-    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``; the table ends
+    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
+    tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
+    problem's flip in ``flips_path`` (``paired``; ``problem_paths``: each run's problems.jsonl). The table ends
     with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and, for each built
     tiny model (``built_models``: checkpoint folders) whose bootstrap missed its target, a line saying so."""
     from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     summary: dict[str, dict] = {}
-    for (model, benchmark), path in zip(runs, metrics_paths, strict=True):
+    problems = {}
+    for (model, benchmark), path, problems_path in zip(runs, metrics_paths, problem_paths, strict=True):
         metrics = read_json(path)
         if benchmark not in metrics:
             raise SnakeskillsError(f"{path}: has no entry for benchmark {benchmark!r}")
         entries = summary.setdefault(model, {})
         entries[benchmark] = metrics[benchmark]
         entries.update((key, value) for key, value in metrics.items() if is_named_metric(key))
+        problems[model, benchmark] = problems_path
+    flips = [list(FLIPS_HEADER)]
+    for model, benchmark in runs:
+        if model in (base_model, teacher):
+            continue
+        entry, rows = compare_paired(
+            model, base_model, benchmark, problems[base_model, benchmark], problems[model, benchmark]
+        )
+        summary[model][f"{benchmark}/{PAIRED_GAIN}"] = entry
+        flips += rows
+    write_text(flips_path, "".join("\t".join(map(str, row)) + "\n" for row in flips))
     table = format_comparison(summary, base_model, teacher)
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")

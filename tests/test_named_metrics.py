@@ -251,7 +251,12 @@ def test_named_metrics_in_metrics_json_the_tables_and_not_among_the_reports_benc
         paths = write_seed_files(tmp_path / model, rows(correct, level=[1, 2]))
         metrics_path = tmp_path / model / "metrics.json"
         table = write_benchmark_summary(
-            "math", paths, specs, metrics_path=metrics_path, table_path=tmp_path / model / "metrics.txt"
+            "math",
+            paths,
+            specs,
+            metrics_path=metrics_path,
+            table_path=tmp_path / model / "metrics.txt",
+            problems_path=tmp_path / model / "problems.jsonl",
         )
         metrics = json.loads(metrics_path.read_text())
         assert list(metrics) == ["math", "math/reliable", "math/by_level"]
@@ -262,13 +267,15 @@ def test_named_metrics_in_metrics_json_the_tables_and_not_among_the_reports_benc
     comparison = write_comparison(
         runs=runs,
         metrics_paths=metrics_paths,
+        problem_paths=[tmp_path / model / "problems.jsonl" for model, _ in runs],
         base_model="base",
         teacher=None,
         summary_path=tmp_path / "summary.json",
         table_path=tmp_path / "summary.txt",
+        flips_path=tmp_path / "flips.tsv",
     )
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert list(summary["round1"]) == ["math", "math/reliable", "math/by_level"]
+    assert list(summary["round1"]) == ["math", "math/reliable", "math/by_level", "math/paired_gain"]
     assert _benchmarks(summary) == ["math"], "the report plots benchmarks only"
     assert "round1 vs base on math: pass@1[avg-of-2] symbolic_correct +50.00 points" in comparison
     lines = comparison.splitlines()

@@ -71,7 +71,7 @@ def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_
     from conftest import default_section
 
     from snakeskills.data.synthetic import arithmetic_splits
-    from snakeskills.io import read_json, write_json
+    from snakeskills.io import read_json, write_json, write_jsonl
     from snakeskills.summarize import write_comparison
     from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, build_and_bootstrap
 
@@ -103,13 +103,17 @@ def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_
     assert read_json(tmp_path / "base" / BOOTSTRAP_METRICS_FILE)["reached_target"] is False
 
     mode = {"num_entries": 20, "symbolic_correct": 10.0}
-    metrics_paths = []
+    metrics_paths, problem_paths = [], []
     for model in ("base", "round1"):
         metrics_paths.append(tmp_path / f"{model}.json")
         write_json(metrics_paths[-1], {"add": {"pass@1[avg-of-2]": mode, "majority@2": mode, "pass@2": mode}})
+        problem_paths.append(tmp_path / f"{model}-problems.jsonl")
+        write_jsonl(problem_paths[-1], [{"id": str(i), "samples": 2, "symbolic_correct": i % 2} for i in range(20)])
     comparison = {
         "runs": [("base", "add"), ("round1", "add")],
         "metrics_paths": metrics_paths,
+        "problem_paths": problem_paths,
+        "flips_path": tmp_path / "flips.tsv",
         "base_model": "base",
         "teacher": None,
         "summary_path": tmp_path / "summary.json",

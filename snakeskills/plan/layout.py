@@ -45,6 +45,8 @@ class Layout:
     judged: str = "judge/{model}/{benchmark}/{split}/output-rs{seed}.jsonl"
     metrics: str = "metrics/{model}/{benchmark}/{split}/metrics.json"
     metrics_table: str = "metrics/{model}/{benchmark}/{split}/metrics.txt"
+    # each problem's correct samples: what a paired comparison of two models reads
+    problem_scores: str = "metrics/{model}/{benchmark}/{split}/problems.jsonl"
     sft_data: str = "sft/{model}/data.jsonl"
     sft_stats: str = "sft/{model}/stats.json"
     sft_alpaca: str = "sft/{model}/alpaca.json"
@@ -67,6 +69,7 @@ class Layout:
     synthesis_funnel_table: str = "synthesis/funnel.txt"
     summary: str = "eval/summary.json"
     summary_table: str = "eval/summary.txt"
+    flips: str = "eval/flips.tsv"
     plot: str = "report/{plot}.png"
     # each job's log: logs/<rule>/<the job's output, wildcards and all>.log
     logs: str = "logs"

@@ -287,6 +287,11 @@ class Plan:
         split = self.config["eval_split"]
         return [self.layout.metrics.format(model=m, benchmark=b, split=split) for m, b in self.eval_runs()]
 
+    def eval_problem_score_files(self) -> list[str]:
+        """Each eval run's problems.jsonl, in ``eval_runs`` order."""
+        split = self.config["eval_split"]
+        return [self.layout.problem_scores.format(model=m, benchmark=b, split=split) for m, b in self.eval_runs()]
+
     def eval_judged_files(self) -> list[str]:
         split = self.config["eval_split"]
         return [
