@@ -19,6 +19,24 @@ rule plot_pass_at_1:
         "../scripts/plot_pass_at_1.py"
 
 
+rule plot_gains:
+    input:
+        summary=LAYOUT.summary,
+    output:
+        plot=report(
+            LAYOUT.plot.format(plot="gains"),
+            caption="../report/gains.rst",
+            category="Evaluation",
+            labels={"plot": "gain over the base model"},
+        ),
+    log:
+        LOGS / "report/gains.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/plot_gains.py"
+
+
 rule plot_pass_at_k:
     input:
         summary=LAYOUT.summary,

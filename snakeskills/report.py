@@ -14,6 +14,7 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl, read_json
 from snakeskills.named_metrics import is_named_metric
+from snakeskills.paired import PAIRED_GAIN
 
 METRIC = "symbolic_correct"
 # why a judged sample did not become an SFT example (sft/<round>/stats.json keys), in stacking order
@@ -105,6 +106,44 @@ def plot_pass_at_1(summary: dict, output_path: str | Path, metric: str = METRIC)
     axis.set_title("pass@1 by round (eval split), ± std across seeds")
     axis.grid(axis="y", alpha=0.3)
     axis.legend(title="benchmark", fontsize=8)
+    _save(figure, output_path)
+
+
+def gain_points(summary: dict) -> list[tuple[str, str, dict]]:
+    """(model, benchmark, paired entry) of every tuned model's comparison with its base model."""
+    suffix = f"/{PAIRED_GAIN}"
+    return [
+        (model, key.removesuffix(suffix), entry)
+        for model, entries in summary.items()
+        for key, entry in entries.items()
+        if key.endswith(suffix)
+    ]
+
+
+def plot_gains(summary: dict, output_path: str | Path) -> None:
+    """Each tuned model's gain over its base model per benchmark, with its paired-bootstrap interval; a dashed line
+    at 0 (an interval that crosses it shows no evidence of a change)."""
+    points = gain_points(summary)
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 0.9 * len(points) + 2.5))
+    if not points:
+        axis.text(0.5, 0.5, "no tuned model to compare", ha="center", va="center", transform=axis.transAxes)
+        axis.set_axis_off()
+        _save(figure, output_path)
+        return
+    colors = _model_colors(list(summary))
+    for position, (model, _, entry) in enumerate(points):
+        below, above = entry["gain"] - entry["ci_low"], entry["ci_high"] - entry["gain"]
+        axis.errorbar([position], [entry["gain"]], yerr=[[below], [above]], marker="o", capsize=5, color=colors[model])
+        axis.annotate(
+            f"{entry['gain']:+.1f}", (position, entry["gain"]), textcoords="offset points", xytext=(8, 0), fontsize=8
+        )
+    axis.axhline(0, color="grey", linestyle="--", linewidth=1)
+    axis.set_xticks(range(len(points)), [f"{model}\n{benchmark}" for model, benchmark, _ in points], fontsize=8)
+    axis.set_xlim(-0.6, len(points) - 0.4)
+    confidence = round(100 * points[0][2]["confidence"])
+    axis.set_ylabel(f"gain over base model, {METRIC} (points)")
+    axis.set_title(f"gain with its {confidence}% paired-bootstrap interval (eval split)")
+    axis.grid(axis="y", alpha=0.3)
     _save(figure, output_path)
 
 

@@ -28,7 +28,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.sft import llamafactory_dataset_info, to_alpaca, write_sft_exports
 
 EXAMPLES = REPO / "config" / "examples"
-PLOTS = ("pass_at_1", "pass_at_k", "generation_lengths", "sft_examples")
+PLOTS = ("pass_at_1", "gains", "pass_at_k", "generation_lengths", "sft_examples")
 
 
 def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", method="lora", name="config.yaml"):

@@ -35,7 +35,7 @@ class Plan:
         self.eval_models = self.models + ([evaluated_teacher] if evaluated_teacher else [])
         self.evaluated_teacher = evaluated_teacher
         # the plots of `snakemake --report`
-        self.report_plots = ["pass_at_1", "pass_at_k", "generation_lengths", "sft_examples"] + (
+        self.report_plots = ["pass_at_1", "gains", "pass_at_k", "generation_lengths", "sft_examples"] + (
             ["synthesis_funnel"] if self.synthesis is not None else []
         )
 

@@ -1,0 +1,17 @@
+from snakeskills.io import read_json
+from snakeskills.report import gain_points, plot_gains
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]) as logger:
+    summary = read_json(snakemake.input.summary)
+    plot_gains(summary, snakemake.output.plot)
+    for model, benchmark, entry in gain_points(summary):
+        logger.info(
+            "%s on %s: %+.2f points, %d%% CI [%+.2f, %+.2f]",
+            model,
+            benchmark,
+            entry["gain"],
+            round(100 * entry["confidence"]),
+            entry["ci_low"],
+            entry["ci_high"],
+        )
