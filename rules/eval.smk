@@ -4,6 +4,7 @@ rule eval:
         problems=PLAN.eval_problem_score_files(),
         funnel=PLAN.funnel_tables(),
         built_models=PLAN.base_model_inputs(),
+        sft_stats=PLAN.sft_stats_files(),
     output:
         summary=LAYOUT.summary,
         table=LAYOUT.summary_table,
@@ -17,6 +18,9 @@ rule eval:
         runs=PLAN.eval_runs(),
         base_model=PLAN.base_model,
         teacher=PLAN.evaluated_teacher,
+        rounds=PLAN.tuned_models,
+        training=config["sft"]["training"],
+        warnings=config["warnings"],
     log:
         LOGS / "eval/summary.log",
     conda:

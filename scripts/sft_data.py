@@ -1,3 +1,4 @@
+from snakeskills.run_warnings import sft_warnings
 from snakeskills.sft import write_sft_dataset, write_sft_exports
 from snakeskills.workflow import script_logging
 
@@ -17,3 +18,7 @@ with script_logging(snakemake.log[0]) as logger:
         dataset_name=snakemake.params.dataset_name,
     )
     logger.info("kept %d SFT examples", counts["kept"])
+    # the thresholds and training settings are read from the config, not params: changing one reruns eval only
+    training, thresholds = snakemake.config["sft"]["training"], snakemake.config["warnings"]
+    for line in sft_warnings(snakemake.wildcards.model, counts, training, thresholds):
+        logger.warning(line)

@@ -28,6 +28,7 @@ from snakeskills.named_metrics import compute_named_metrics, format_metric, is_n
 from snakeskills.paired import FLIPS_HEADER, PAIRED_GAIN, problem_score_rows
 from snakeskills.paired import compare as compare_paired
 from snakeskills.paired import describe as describe_paired
+from snakeskills.run_warnings import format_warnings, metrics_warnings, sft_warnings
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
@@ -342,12 +343,18 @@ def write_comparison(
     summary_path,
     table_path,
     flips_path,
+    sft_stats=None,
+    training=None,
+    thresholds=None,
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
     tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
     problem's flip in ``flips_path`` (``paired``; ``problem_paths``: each run's problems.jsonl). The table ends
-    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and, for each built
-    tiny model (``built_models``: checkpoint folders) whose bootstrap missed its target, a line saying so."""
+    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and the run's
+    warnings (``run_warnings``): each built tiny model (``built_models``: checkpoint folders) whose bootstrap missed
+    its target and, given ``thresholds`` (the config's ``warnings``), each round's SFT data that is too small
+    (``sft_stats``: {round: its stats.json}; ``training``: sft.training) and each model's truncated or unanswered
+    share over its threshold."""
     from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     summary: dict[str, dict] = {}
@@ -373,10 +380,17 @@ def write_comparison(
     table = format_comparison(summary, base_model, teacher)
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")
+    warnings = []
     for folder in built_models:
         miss = bootstrap_miss(read_json(Path(folder) / BOOTSTRAP_METRICS_FILE))
         if miss:
-            table += f"\n{miss} ({folder})\n"
+            warnings.append(f"{miss} ({folder})")
+    if thresholds is not None:
+        for model, path in (sft_stats or {}).items():
+            warnings += sft_warnings(model, read_json(path), training, thresholds)
+        for model, benchmark in runs:
+            warnings += metrics_warnings(model, benchmark, "eval split", summary[model][benchmark], thresholds)
+    table += format_warnings(warnings)
     write_json(summary_path, summary)
     write_text(table_path, table)
     return table

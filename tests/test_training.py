@@ -120,7 +120,10 @@ def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_
         "table_path": tmp_path / "summary.txt",
     }
     table = write_comparison(**comparison, built_models=[tmp_path / "base"])
-    assert table.rstrip().splitlines()[-1] == f"{warnings[0]} ({tmp_path / 'base'})"
+    assert table.rstrip().splitlines()[-2:] == [
+        "warnings (1):",
+        f"  {warnings[0].removeprefix('warning: ')} ({tmp_path / 'base'})",
+    ]
     reached = tmp_path / "reached"
     reached.mkdir()
     write_json(reached / BOOTSTRAP_METRICS_FILE, {**metrics, "reached_target": True})

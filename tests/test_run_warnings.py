@@ -1,0 +1,62 @@
+"""Warnings where a run is weak: too little SFT data, truncated or unanswered samples, in job logs and the
+comparison."""
+
+from __future__ import annotations
+
+from snakeskills.plan.config import default_config
+from snakeskills.run_warnings import format_warnings, metrics_warnings, optimizer_steps, sft_warnings
+
+THRESHOLDS = default_config()["warnings"]
+TRAINING = {"num_epochs": 1, "batch_size": 4}
+
+
+def test_defaults_are_in_the_schema():
+    assert THRESHOLDS == {
+        "min_sft_examples": 32,
+        "min_sft_problems": 8,
+        "min_optimizer_steps": 10,
+        "max_truncated_share": 25,
+        "max_no_answer_share": 25,
+    }
+
+
+def test_optimizer_steps_follow_epochs_and_batches():
+    assert optimizer_steps(11, {"num_epochs": 1, "batch_size": 4}) == 3
+    assert optimizer_steps(11, {"num_epochs": 2.5, "batch_size": 4}) == 8
+    assert optimizer_steps(64, {"num_epochs": 3, "batch_size": 16}) == 12
+
+
+def test_a_round_with_few_examples_warns_once_naming_each_shortfall():
+    stats = {"kept": 11, "problems_covered": 9, "judged": 800}
+    (line,) = sft_warnings("round1", stats, TRAINING, THRESHOLDS)
+    assert line.startswith("warning: round1 trains on 11 SFT examples of 9 problems (800 samples judged), 3 optimizer")
+    assert "11 SFT examples (warnings.min_sft_examples 32)" in line
+    assert "3 optimizer steps (warnings.min_optimizer_steps 10)" in line
+    assert "min_sft_problems" not in line, "9 problems is above the threshold of 8"
+    enough = {"kept": 400, "problems_covered": 120, "judged": 800}
+    assert sft_warnings("round1", enough, TRAINING, THRESHOLDS) == []
+    assert (
+        sft_warnings("round1", stats, TRAINING, {**THRESHOLDS, "min_sft_examples": 0, "min_optimizer_steps": 0}) == []
+    )
+
+
+def test_truncated_and_unanswered_shares_over_their_thresholds_warn():
+    metrics = {
+        "pass@1[avg-of-4]": {"symbolic_correct": 5.0, "no_answer": 89.0, "truncated": 66.0},
+        "majority@4": {"symbolic_correct": 5.0, "no_answer": 80.0},
+        "pass@4": {"symbolic_correct": 10.0, "no_answer": 70.0},
+    }
+    truncated, unanswered = metrics_warnings("base", "mmlu", "test", metrics, THRESHOLDS)
+    assert truncated.startswith("warning: base on mmlu (test): 66.0% of samples hit max_new_tokens")
+    assert "(warnings.max_truncated_share 25%)" in truncated
+    assert unanswered.startswith("warning: base on mmlu (test): 89.0% of samples give no answer the judge can read")
+    calm = {mode: {**values, "no_answer": 1.0, "truncated": 2.0} for mode, values in metrics.items()}
+    assert metrics_warnings("base", "mmlu", "test", calm, THRESHOLDS) == []
+    without_reasons = {mode: {"symbolic_correct": 5.0, "no_answer": 0.0} for mode in metrics}
+    assert metrics_warnings("base", "mmlu", "test", without_reasons, THRESHOLDS) == []
+
+
+def test_the_comparison_section_lists_every_warning_or_nothing():
+    assert format_warnings([]) == ""
+    section = format_warnings(["warning: a", "warning: b"])
+    assert section == "\nwarnings (2):\n  a\n  b\n"
