@@ -211,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     arguments = build_parser().parse_args(argv)
-    arguments.run(arguments)
+    try:
+        arguments.run(arguments)
+    except KeyboardInterrupt:  # before or after the job's log is open (script_logging words it inside)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

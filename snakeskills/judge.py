@@ -28,6 +28,7 @@ from fractions import Fraction
 
 from snakeskills.code_execution import NO_CODE, extract_program, row_check, run_many
 from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.sections import MULTICHOICE
 from snakeskills.registry import choose
 from snakeskills.sandbox import sandbox_limits
 
@@ -62,6 +63,18 @@ def extract_boxed(text: str) -> str | None:
 _ANSWER_LINE = re.compile(r"(?i)[*_]{0,2}answer[*_]{0,2}\s*:[\s*_]{0,2}\s*\(?([A-Z])(?![a-zA-Z0-9])")
 # a capital letter standing alone: "C", "(C)", "C. 42", "\text{C}"
 _LONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Z](?![A-Za-z0-9])")
+# "The answer is (D)", "the correct answer is **D**", "The best option is D.", "my final choice would be: (d)":
+# a capital letter, or any letter in brackets or bold ("the answer is a" reads no letter: it is an article)
+_ANSWER_PHRASE = re.compile(
+    r"(?i:\b(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be|will\s+be)\s*:?)\s*"
+    r"(?:[(\[]\s*([A-Za-z])\s*[)\]]|\*\*\s*\(?([A-Za-z])\)?[.)]?\s*\*\*|\**([A-Z])\**(?![A-Za-z0-9]))"
+)
+# "**D**", "**(D)**", "**D.**": a bold letter alone
+_BOLD_LETTER = re.compile(r"\*\*\s*\(?([A-Z])\)?[.):]?\s*\*\*")
+# a last line that is only a letter: "D", "(D)", "D.", "**D**"
+_LETTER_LINE = re.compile(r"^[\s*_(\[]*([A-Z])[\s*_)\].:]*$")
+# a line that opens with an option: "B. Ag", "(B) Ag", "B) Ag"
+_OPTION_LINE = re.compile(r"^[\s*_]*\(?([A-Z])[.)]\s+\S")
 
 
 def _last_regex_match(text: str, regex: str | None) -> str | None:
@@ -74,17 +87,66 @@ def _last_regex_match(text: str, regex: str | None) -> str | None:
     return last.group(1) if last.groups() else last.group(0)
 
 
-def extract_choice(text: str, *, regex: str | None) -> str | None:
-    """The option letter a multiple-choice generation answers: the last capital letter standing alone in its last
-    ``\\boxed{}`` (or, without one, in the last match of ``regex``), else the letter of its last ``Answer: X``
-    line (any case, markdown emphasis allowed); upper case, ``None`` when there is none."""
-    answer = extract_boxed(text)
+def _letter_in(answer: str | None) -> str | None:
+    """The last capital letter standing alone in a boxed or regex answer ("\\text{B}", "\\mathrm{B}": B)."""
     if answer is None:
-        answer = _last_regex_match(text, regex)
-    if answer is not None:
-        letters = _LONE_LETTER.findall(re.sub(r"\\[a-zA-Z]+", " ", answer))  # "\text{B}", "\mathrm{B}": B
-        if letters:
-            return letters[-1]
+        return None
+    letters = _LONE_LETTER.findall(re.sub(r"\\[a-zA-Z]+", " ", answer))
+    return letters[-1] if letters else None
+
+
+def _last_group(pattern: re.Pattern, text: str) -> str | None:
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return None
+    return next(group for group in matches[-1].groups() if group).upper()
+
+
+def _letter_line(text: str) -> str | None:
+    lines = [line for line in text.splitlines() if line.strip()]
+    match = _LETTER_LINE.match(lines[-1]) if lines else None
+    return match.group(1) if match else None
+
+
+def _opening_option(text: str) -> str | None:
+    """The letter of a response that opens with one option ("B. Ag", "A. Mars is a planet ..."), when no other
+    line opens with an option (a response that lists the options answers none)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    options = [match.group(1) for line in lines if (match := _OPTION_LINE.match(line))]
+    return options[0] if len(options) == 1 and _OPTION_LINE.match(lines[0]) else None
+
+
+def extract_choice(text: str, *, regex: str | None) -> str | None:
+    """The option letter a multiple-choice generation answers (``multichoice``), upper case; ``None`` when it
+    names none. The first of these that gives a letter, in order:
+
+    1. the last capital letter standing alone in the last ``\\boxed{}`` (without one: in ``regex``'s last match);
+    2. the last ``Answer: X`` line (any case, markdown emphasis allowed);
+    3. the last phrase "answer/option/choice is X": "The answer is (D)", "the correct answer is **D**";
+    4. the last bold letter: "**D**", "**(D)**";
+    5. a last line that is only a letter: "D", "(D)", "D.";
+    6. the option a response opens with, when it is the only line that opens with one: "B. Ag".
+
+    1 and 2 are ``multichoice-strict`` (``extract_choice_strict``), what NeMo-Skills' evaluation reads; the others
+    read answers as models write them when they ignore the asked format."""
+    strict = extract_choice_strict(text, regex=regex)
+    if strict is not None:
+        return strict
+    return (
+        _last_group(_ANSWER_PHRASE, text)
+        or _last_group(_BOLD_LETTER, text)
+        or _letter_line(text)
+        or _opening_option(text)
+    )
+
+
+def extract_choice_strict(text: str, *, regex: str | None) -> str | None:
+    """``multichoice-strict``: the letter of the last ``\\boxed{}`` (or ``regex`` match), else of the last
+    ``Answer: X`` line."""
+    answer = extract_boxed(text)
+    letter = _letter_in(answer if answer is not None else _last_regex_match(text, regex))
+    if letter is not None:
+        return letter
     lines = _ANSWER_LINE.findall(text)
     return lines[-1].upper() if lines else None
 
@@ -100,6 +162,7 @@ EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
     "boxed": extract_boxed_or_regex,
     "regex": _last_regex_match,
     "multichoice": lambda text, regex: extract_choice(text, regex=regex),
+    "multichoice-strict": lambda text, regex: extract_choice_strict(text, regex=regex),
     "code": lambda text, regex: extract_program(text),
 }
 
@@ -113,7 +176,7 @@ def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
     an empty one is no answer.
     """
     answer = choose(EXTRACTORS, method, "judge.extraction")(text, regex)
-    if method in ("multichoice", "code") or answer is None:
+    if method in (*MULTICHOICE, "code") or answer is None:
         return answer
     answer = str(answer).strip()
     return answer if answer else None
@@ -283,7 +346,7 @@ def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, n
     expected answer: ``judge_records`` runs them."""
     if judge_config["extraction"] == "code":
         raise SnakeskillsError("code answers are judged by running their tests (judge_records), not by comparison")
-    if judge_config["extraction"] == "multichoice":
+    if judge_config["extraction"] in MULTICHOICE:
         return [choice_match(predicted, expected) for expected, predicted in pairs]
     return symbolic_verdicts(
         pairs,

@@ -30,6 +30,12 @@ def machine_cpu_kernels() -> str:
     return {"default": "generic"}.get(capability, capability if capability in ("avx2", "avx512") else "generic")
 
 
+INTERRUPTED = (
+    "interrupted (Ctrl-C): the job stopped; its finished work is kept (finished files, progress files of the batches "
+    "done); run the same command again to resume"
+)
+
+
 def quiet_libraries() -> None:
     """Keep a job's log readable: no progress bars (carriage-return lines in a file) from datasets and
     transformers, and no library deprecation warnings (our own progress lines say how far a job is)."""
@@ -45,7 +51,8 @@ def quiet_libraries() -> None:
 
 @contextlib.contextmanager
 def script_logging(log_path: str) -> Iterator[logging.Logger]:
-    """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message.
+    """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message, Ctrl-C with
+    one line (exit status 130).
 
     The message goes both to the log and to the console, so a user sees at once which file, line
     or config key is at fault, and the job exits non-zero (Snakemake then removes its outputs).
@@ -69,6 +76,10 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             logging.getLogger("snakeskills").error("%s", error)
             print(f"snakeskills error: {error} (log: {log_path})", file=console)
             raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            # Ctrl-C reaches every job of the terminal: one line in the log, no traceback on the console
+            logger.warning(INTERRUPTED)
+            raise SystemExit(130) from None
         finally:
             sys.stderr = console
 

@@ -79,7 +79,8 @@ def test_extract_answer_regex_method():
 
 def test_extract_answer_unknown_method():
     with pytest.raises(
-        SnakeskillsError, match="judge.extraction: unknown 'box'; known: boxed, regex, multichoice, code"
+        SnakeskillsError,
+        match="judge.extraction: unknown 'box'; known: boxed, regex, multichoice, multichoice-strict, code",
     ):
         extract_answer(r"\boxed{1}", method="box", regex=None)
 
@@ -288,7 +289,10 @@ def test_a_users_judge_function_that_does_not_import_stops_the_plan_naming_the_k
         plan(judge={"extraction": "my_judge:lastnumber"})
     with pytest.raises(SnakeskillsError, match="config key benchmarks.arithmetic.judge.equivalence: 'nowhere:same'"):
         plan(equivalence="nowhere:same")
-    with pytest.raises(SnakeskillsError, match="'boxd' is not one of boxed, regex, multichoice, code, or your own"):
+    with pytest.raises(
+        SnakeskillsError,
+        match="'boxd' is not one of boxed, regex, multichoice, multichoice-strict, code, or your own",
+    ):
         plan(judge={"extraction": "boxd"})
     with pytest.raises(SnakeskillsError, match="unknown 'sympy'; known: math-verify, exact, or your own"):
         judge_answers([("1", r"\boxed{1}")], equivalence="sympy")

@@ -152,6 +152,41 @@ def test_preparing_ignores_how_a_benchmark_is_asked_and_judged():
 def test_the_letter_of_a_generation(text, letter):
     assert extract_choice(text, regex=None) == letter
     assert extract_answer(text, method="multichoice", regex=None) == letter
+    assert extract_answer(text, method="multichoice-strict", regex=None) == letter
+
+
+@pytest.mark.parametrize(
+    ("text", "letter"),
+    [
+        # SmolLM2-135M-Instruct's own answers (sampled at temperature 0.7, tests/data/smollm2-multiple-choice.jsonl)
+        ("...which gives us 20.\n\nSo, the answer is A.", "A"),
+        ("The correct answer is D. 42.", "D"),
+        ("B. Ag", "B"),
+        ("A. Mars is a planet in the solar system.", "A"),
+        ("A. 6\nB. 8\nC. 4\nD. 10", None),  # the options listed: no answer
+        ("The capital of France is Paris.", None),  # an option's text, not its letter
+        # the phrasings people and larger models write
+        ("Let me think.\nThe answer is (D)", "D"),
+        ("the best option would be: (c)", "C"),
+        ("I pick **B** because the others fail.", "B"),
+        ("Option A is tempting, but the correct choice is **(C)**.", "C"),
+        ("Reasoning ...\n\nD", "D"),
+        ("Reasoning ...\n(B).", "B"),
+        ("The answer is a tricky one.", None),  # an article, not an option
+        ("It is B, not C... actually the answer is C", "C"),
+    ],
+)
+def test_the_letter_as_models_write_it_and_the_strict_reader(text, letter):
+    """``multichoice`` reads the common phrasings in a documented order; ``multichoice-strict`` only the boxed
+    letter and the ``Answer: X`` line, as NeMo-Skills does."""
+    assert extract_answer(text, method="multichoice", regex=None) == letter
+    assert extract_answer(text, method="multichoice-strict", regex=None) is None
+
+
+def test_the_asked_format_comes_before_any_phrase():
+    text = "The answer is (B) at first sight.\nAnswer: C"
+    assert extract_choice(text, regex=None) == "C" == extract_answer(text, method="multichoice-strict", regex=None)
+    assert extract_choice("**A** looks right, but \\boxed{D}", regex=None) == "D"
 
 
 def test_multichoice_verdicts_are_letter_equality_not_math():

@@ -10,6 +10,7 @@ from snakeskills.data.specs import check_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.resources import training_gpus, training_processes
 from snakeskills.plan.sections import (
+    MULTICHOICE,
     benchmark_judge,
     benchmark_metrics,
     benchmark_prompt,
@@ -153,11 +154,11 @@ def _check_benchmark_questions(config: dict) -> None:
                 own = name in spec["judge"]
                 load_user_function(judge[name], f"{key}.judge.{name}" if own else f"judge.{name}")
         extraction = judge["extraction"]
-        if spec["multiple_choice"] is not None and extraction != "multichoice":
+        if spec["multiple_choice"] is not None and extraction not in MULTICHOICE:
             raise SnakeskillsError(
                 f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
                 f"are option letters) but is judged with extraction {extraction!r}; set {key}.judge: "
-                "{extraction: multichoice}"
+                "{extraction: multichoice} (or multichoice-strict)"
             )
         if spec["code"] is not None and extraction != "code":
             raise SnakeskillsError(

@@ -3,6 +3,9 @@ settings its answers are judged with, and every generation section in use."""
 
 from __future__ import annotations
 
+# judge.extraction's multiple-choice readers (snakeskills.judge): an option letter, judged by letter equality
+MULTICHOICE = ("multichoice", "multichoice-strict")
+
 
 def generation_sections(config: dict) -> dict[str, dict]:
     """Every generation config section, by its config key: the student's, the LLM judge's, the teacher's."""
@@ -38,8 +41,8 @@ def benchmark_judge(config: dict, benchmark: str) -> dict:
     judge's settings does not rerun its judge jobs; a code benchmark's are extraction and the limits a program
     runs under."""
     settings = {**{key: config["judge"][key] for key in JUDGE_RULE_KEYS}, **config["benchmarks"][benchmark]["judge"]}
-    if settings["extraction"] == "multichoice":
-        return {"extraction": "multichoice", "regex": settings["regex"]}
+    if settings["extraction"] in MULTICHOICE:
+        return {"extraction": settings["extraction"], "regex": settings["regex"]}
     if settings["extraction"] == "code":
         return {key: settings[key] for key in ("extraction", "timeout_seconds", "memory_limit_mb", "sandbox")}
     return {key: value for key, value in settings.items() if key != "sandbox"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.layout import synthesis_split, synthesis_split_part
-from snakeskills.plan.sections import benchmark_judge
+from snakeskills.plan.sections import MULTICHOICE, benchmark_judge
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
 
@@ -52,9 +52,8 @@ def check_synthesis(config: dict) -> None:
             )
     check_regex(synthesis["filter"]["pattern"], "synthesis.filter.pattern")
     for benchmark in config["train_benchmarks"]:  # multiple-choice and code benchmarks are judged so (checked before)
-        kind = {"multichoice": "multiple-choice", "code": "a code benchmark"}.get(
-            benchmark_judge(config, benchmark)["extraction"]
-        )
+        extraction = benchmark_judge(config, benchmark)["extraction"]
+        kind = "multiple-choice" if extraction in MULTICHOICE else {"code": "a code benchmark"}.get(extraction)
         if kind is not None:
             raise SnakeskillsError(
                 f"config key synthesis: train benchmark {benchmark!r} is {kind}, and synthesis writes "
