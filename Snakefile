@@ -62,3 +62,7 @@ rule all:
 
 onsuccess:
     print_comparison()
+
+
+onerror:
+    print_resume_hint()

@@ -173,6 +173,16 @@ def base_model_path(wildcards):
     return PLAN.base_model_folder()
 
 
+def print_resume_hint():
+    """After a failed or interrupted run (Ctrl-C): what was kept and how to go on, below Snakemake's report."""
+    print(
+        "\nsnakeskills: the run stopped. Finished jobs are kept, and so is the progress of unfinished generate and"
+        " judge jobs; run the same command again to resume (add -n to see what is left). A failed job's log is"
+        " named above.",
+        flush=True,
+    )
+
+
 def print_comparison():
     table = Path(LAYOUT.summary_table)
     if table.exists():
