@@ -36,6 +36,15 @@ def test_tuned_model_beats_base_on_held_out_problems(finished_run):
     table = (finished_run / RESULTS / "eval/summary.txt").read_text()
     assert "round1 vs base on arithmetic" in table
     assert "missed its target" not in table
+    # the paired interval of the gain, and every problem's flip
+    paired = summary["round1"]["arithmetic/paired_gain"]
+    assert paired["gain"] == pytest.approx(tuned["symbolic_correct"] - base["symbolic_correct"], abs=1e-6)
+    assert 0 < paired["ci_low"] < paired["gain"] < paired["ci_high"] and not paired["includes_zero"]
+    assert sum(paired["flips"].values()) == paired["problems"] == 500
+    assert f"95% CI [{paired['ci_low']:+.2f}, {paired['ci_high']:+.2f}] (paired bootstrap over 500 problems)" in table
+    flips = (finished_run / RESULTS / "eval/flips.tsv").read_text().splitlines()
+    assert flips[0].split("\t") == ["model", "base_model", "benchmark", "id", "base_correct", "model_correct", "flip"]
+    assert len(flips) == 501 and sum(line.endswith("\ttuned only") for line in flips) == paired["flips"]["tuned only"]
 
 
 def test_records_use_nemo_skills_fields(finished_run):

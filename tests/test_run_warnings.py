@@ -1,7 +1,10 @@
 """Warnings where a run is weak: too little SFT data, truncated or unanswered samples, in job logs and the
-comparison."""
+comparison; a job stopped by Ctrl-C."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from snakeskills.plan.config import default_config
 from snakeskills.run_warnings import format_warnings, metrics_warnings, optimizer_steps, sft_warnings
@@ -60,3 +63,22 @@ def test_the_comparison_section_lists_every_warning_or_nothing():
     assert format_warnings([]) == ""
     section = format_warnings(["warning: a", "warning: b"])
     assert section == "\nwarnings (2):\n  a\n  b\n"
+
+
+def test_ctrl_c_ends_a_job_with_one_log_line_and_status_130(tmp_path):
+    """A job interrupted inside ``script_logging`` (as Ctrl-C interrupts every job of the terminal) prints no
+    traceback, logs what is kept and how to resume, and exits 130."""
+    log = tmp_path / "job.log"
+    code = (
+        "from snakeskills.workflow import script_logging\n"
+        f"with script_logging({str(log)!r}) as logger:\n"
+        "    logger.info('working')\n"
+        "    raise KeyboardInterrupt\n"
+    )
+    process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert process.returncode == 130
+    assert process.stdout == process.stderr == ""
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert "WARNING: interrupted (Ctrl-C): the job stopped; its finished work is kept" in text
+    assert "run the same command again to resume" in text
