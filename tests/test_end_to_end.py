@@ -97,6 +97,7 @@ def test_more_seeds_schedule_only_the_new_seeds(finished_run):
         "eval": 1,
         # the plots of eval metrics and generation lengths; the SFT data (train split) is unchanged
         "plot_pass_at_1": 1,
+        "plot_gains": 1,
         "plot_pass_at_k": 1,
         "plot_generation_lengths": 1,
         "all": 1,
@@ -137,7 +138,7 @@ def test_a_new_metric_reruns_only_the_summaries(finished_run, tmp_path):
     config["metrics"]["lengths"] = {"function": "tokens_by_verdict"}
     counts = dry_run_counts(finished_run, configfile=write_config(tmp_path / "metric.yaml", config))
     assert counts.pop("summarize") == 3, "base and round1 on the eval split, base on the train split"
-    assert set(counts) <= {"eval", "plot_pass_at_1", "plot_pass_at_k", "all"}, counts
+    assert set(counts) <= {"eval", "plot_pass_at_1", "plot_gains", "plot_pass_at_k", "all"}, counts
 
 
 def test_changed_judge_setting_keeps_generations(finished_run):

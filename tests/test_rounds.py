@@ -191,6 +191,8 @@ def test_plots_are_written_as_png(tmp_path):
     outputs = {name: tmp_path / f"{name}.png" for name in PLOTS}
     report.plot_pass_at_1(SUMMARY, outputs["pass_at_1"])
     report.plot_pass_at_k(SUMMARY, outputs["pass_at_k"])
+    paired = {"gain": 12.5, "ci_low": 3.0, "ci_high": 21.0, "confidence": 0.95}
+    report.plot_gains({**SUMMARY, "round1": {**SUMMARY["round1"], "math/paired_gain": paired}}, outputs["gains"])
     report.plot_generation_lengths(lengths, outputs["generation_lengths"])
     report.plot_sft_examples(stats, outputs["sft_examples"])
     for path in outputs.values():
