@@ -69,6 +69,8 @@ _ANSWER_PHRASE = re.compile(
     r"(?i:\b(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be|will\s+be)\s*:?)\s*"
     r"(?:[(\[]\s*([A-Za-z])\s*[)\]]|\*\*\s*\(?([A-Za-z])\)?[.)]?\s*\*\*|\**([A-Z])\**(?![A-Za-z0-9]))"
 )
+# "A is correct", "B is the correct answer", "(C) is right"
+_LETTER_IS_CORRECT = re.compile(r"(?<![A-Za-z0-9])\(?([A-Z])\)?\s+is\s+(?:the\s+)?(?i:correct|right)\b")
 # "**D**", "**(D)**", "**D.**": a bold letter alone
 _BOLD_LETTER = re.compile(r"\*\*\s*\(?([A-Z])\)?[.):]?\s*\*\*")
 # a last line that is only a letter: "D", "(D)", "D.", "**D**"
@@ -122,7 +124,8 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
 
     1. the last capital letter standing alone in the last ``\\boxed{}`` (without one: in ``regex``'s last match);
     2. the last ``Answer: X`` line (any case, markdown emphasis allowed);
-    3. the last phrase "answer/option/choice is X": "The answer is (D)", "the correct answer is **D**";
+    3. the last phrase "answer/option/choice is X": "The answer is (D)", "the correct answer is **D**"; else the
+       last "X is correct": "A is correct", "B is the correct answer";
     4. the last bold letter: "**D**", "**(D)**";
     5. a last line that is only a letter: "D", "(D)", "D.";
     6. the option a response opens with, when it is the only line that opens with one: "B. Ag".
@@ -134,6 +137,7 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
         return strict
     return (
         _last_group(_ANSWER_PHRASE, text)
+        or _last_group(_LETTER_IS_CORRECT, text)
         or _last_group(_BOLD_LETTER, text)
         or _letter_line(text)
         or _opening_option(text)

@@ -13,6 +13,7 @@ import json
 import re
 import string
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,7 +24,7 @@ from snakeskills.data.prepare import prepare_split
 from snakeskills.data.specs import preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.judge import exact_match, extract_answer, extract_choice, judge_records
+from snakeskills.judge import exact_match, extract_answer, extract_choice, extract_choice_strict, judge_records
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.run import Plan
 from snakeskills.plan.sections import benchmark_judge
@@ -170,6 +171,7 @@ def test_the_letter_of_a_generation(text, letter):
         ("the best option would be: (c)", "C"),
         ("I pick **B** because the others fail.", "B"),
         ("Option A is tempting, but the correct choice is **(C)**.", "C"),
+        ("A is correct.", "A"),
         ("Reasoning ...\n\nD", "D"),
         ("Reasoning ...\n(B).", "B"),
         ("The answer is a tricky one.", None),  # an article, not an option
@@ -181,6 +183,26 @@ def test_the_letter_as_models_write_it_and_the_strict_reader(text, letter):
     letter and the ``Answer: X`` line, as NeMo-Skills does."""
     assert extract_answer(text, method="multichoice", regex=None) == letter
     assert extract_answer(text, method="multichoice-strict", regex=None) is None
+
+
+# 60 answers of the real SmolLM2-135M-Instruct to four-option questions (10 general knowledge, 50 additions with
+# shuffled options), sampled with its chat template (transformers generate, temperature 0.7, top_p 0.95, 160 new
+# tokens, torch seed = row): the even rows asked as the multiple-choice template asks (end with "Answer: X"), the
+# odd rows with the question and options only ("Which option is correct?")
+SMOLLM2_ANSWERS = Path(__file__).parent / "data" / "smollm2-multiple-choice.jsonl"
+
+
+def test_most_of_smollm2s_own_answers_are_read():
+    rows = read_jsonl(SMOLLM2_ANSWERS)
+    assert len(rows) == 60
+    strict = [extract_choice_strict(row["generation"], regex=None) for row in rows]
+    letters = [extract_choice(row["generation"], regex=None) for row in rows]
+    assert all(letter == read for letter, read in zip(letters, strict, strict=True) if read is not None)
+    assert sum(read is not None for read in strict) == 7, "the strict reader: 7 of 60"
+    assert sum(letter is not None for letter in letters) == 39, "multichoice: 39 of 60"
+    for style in ("answer-line", "plain"):
+        read = [letter for letter, row in zip(letters, rows, strict=True) if row["prompt_style"] == style]
+        assert sum(letter is not None for letter in read) > len(read) / 2, style
 
 
 def test_the_asked_format_comes_before_any_phrase():
