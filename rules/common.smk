@@ -105,6 +105,14 @@ def generation_job_gpus(wildcards):
     return PLAN.generation_gpus(wildcards.model, wildcards.split, gpus_available())
 
 
+def generation_job_memory(wildcards):
+    return PLAN.generation_resources(wildcards.model, wildcards.split)["mem_mb"]
+
+
+def generation_job_runtime(wildcards):
+    return PLAN.generation_resources(wildcards.model, wildcards.split)["runtime"]
+
+
 def generation_job_env(wildcards):
     return PLAN.generation_env(wildcards.model, wildcards.split)
 

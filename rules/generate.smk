@@ -28,6 +28,8 @@ rule generate:
     threads: 1
     resources:
         gpu=generation_job_gpus,
+        mem_mb=generation_job_memory,
+        runtime=generation_job_runtime,
     conda:
         generation_job_env
     shell:

@@ -41,6 +41,8 @@ rule llm_judge:
     threads: 1
     resources:
         gpu=llm_judge_gpus,
+        mem_mb=PLAN.llm_judge_resources()["mem_mb"],
+        runtime=PLAN.llm_judge_resources()["runtime"],
     conda:
         PLAN.llm_judge_env()
     shell:

@@ -40,6 +40,8 @@ rule sft:
     threads: workflow.cores
     resources:
         gpu=sft_gpus,
+        mem_mb=PLAN.training_resources()["mem_mb"],
+        runtime=PLAN.training_resources()["runtime"],
     conda:
         "../envs/training.yaml"
     script:

@@ -81,6 +81,8 @@ if SYNTHESIS.llm_check:
         threads: 1
         resources:
             gpu=lambda w: SYNTHESIS.contamination_check_gpus(gpus_available()),
+            mem_mb=SYNTHESIS.contamination_check_resources()["mem_mb"],
+            runtime=SYNTHESIS.contamination_check_resources()["runtime"],
         conda:
             SYNTHESIS.contamination_check_env()
         shell:

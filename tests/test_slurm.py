@@ -160,8 +160,37 @@ def resources_by_rule(output: str) -> dict[str, set[str]]:
     return resources
 
 
+def has_resources(line: str, **values: int) -> bool:
+    return all(re.search(rf"\b{name}={value}(,|$)", line) for name, value in values.items())
+
+
+def test_the_demo_asks_the_cluster_for_what_a_tiny_model_needs(tmp_path):
+    """The embedded default's 340k-parameter model: a few GB and under an hour per model job, not 64 GB and 8 h."""
+    command = snakemake_command(REPO / "Snakefile", tmp_path, None, "--profile", "profiles/slurm", "-n")
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=clean_environment(), timeout=300)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    assert resources["generate"] and resources["sft"], output[-3000:]
+    assert all(has_resources(line, mem_mb=4000, runtime=21) for line in resources["generate"]), resources
+    assert all(has_resources(line, mem_mb=5000, runtime=31) for line in resources["sft"]), resources
+    assert all(has_resources(line, mem_mb=8000, runtime=15) for line in resources["judge"]), resources
+
+
 def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
     folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
+    # the checkpoint's real sizes (tests/test_job_resources.py): memory and runtime follow them
+    sizes = {
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text(json.dumps(sizes))
     command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
     # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
     login_node = tmp_path / "login-node-bin"
@@ -180,6 +209,10 @@ def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
         assert resources[rule], f"no {rule} jobs listed"
         for line in resources[rule]:
             assert re.search(r"\bgpu=1\b", line) and "cpus_per_gpu=8" in line, (rule, line)
+    # vLLM: 8 GB + 2.5x the bf16 weights, 20 min + 40 per billion parameters; LoRA: 4 GB + 3x, 30 min + 60 per
+    # billion parameters per epoch (2)
+    assert all(has_resources(line, mem_mb=16000, runtime=82) for line in resources["generate"]), resources["generate"]
+    assert all(has_resources(line, mem_mb=13000, runtime=216) for line in resources["sft"]), resources
     for rule in ("prepare_data", "judge", "summarize", "sft_data"):
         assert resources[rule], f"no {rule} jobs listed"
         for line in resources[rule]:

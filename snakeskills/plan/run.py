@@ -6,6 +6,7 @@ a plan object of its own, ``None`` when the feature is off: ``teacher`` (``Teach
 from __future__ import annotations
 
 from snakeskills.backends.specs import backend_spec
+from snakeskills.plan.job_resources import UNKNOWN, sampling_job_resources, training_job_resources, with_overrides
 from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
@@ -205,6 +206,24 @@ class Plan:
     def llm_judge_gpus(self, gpus_available: bool) -> int:
         generation = self.llm_judge_generation()
         return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def generation_resources(self, model: str, split: str) -> dict:
+        """``mem_mb`` and ``runtime`` of ``model``'s generate jobs (``job_resources``; resources.generate)."""
+        estimate = sampling_job_resources(
+            self.sampling_section(model)["model"], self.job_generation(model, split), self.config
+        )
+        return with_overrides("generate", estimate, self.config)
+
+    def llm_judge_resources(self) -> dict:
+        llm = self.config["judge"]["llm"]
+        if llm is None:  # no job is planned
+            return dict(UNKNOWN)
+        return with_overrides(
+            "llm_judge", sampling_job_resources(llm["model"], llm["generation"], self.config), self.config
+        )
+
+    def training_resources(self) -> dict:
+        return with_overrides("sft", training_job_resources(self.config), self.config)
 
     def llm_judge_env(self) -> str:
         return backend_spec(self.llm_judge_generation()).conda_env

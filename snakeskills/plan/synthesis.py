@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.job_resources import sampling_job_resources, with_overrides
 from snakeskills.plan.layout import synthesis_split, synthesis_split_part
 from snakeskills.plan.sections import MULTICHOICE, benchmark_judge
 from snakeskills.plan.values import check_model_name, check_regex
@@ -221,6 +222,11 @@ class SynthesisPlan:
     def contamination_check_gpus(self, gpus_available: bool) -> int:
         generation = self.contamination_checker()["generation"]
         return backend_spec(generation).job_gpus(generation, gpus_available)
+
+    def contamination_check_resources(self) -> dict:
+        checker = self.contamination_checker()
+        estimate = sampling_job_resources(checker["model"], checker["generation"], self.config)
+        return with_overrides("synthesis_llm_check", estimate, self.config)
 
     def contamination_check_env(self) -> str:
         return backend_spec(self.contamination_checker()["generation"]).conda_env
