@@ -40,6 +40,7 @@ from snakeskills.metrics import (
     metrics_from_arrays,
     vote_keys,
 )
+from snakeskills.paired import PAIRED_GAIN
 from snakeskills.registry import choose
 
 Problems = list[list[dict]]
@@ -135,6 +136,11 @@ def check_metric(spec: dict) -> None:
     one) or a missing one (by_field's ``field``) stops here, naming the key."""
     import difflib
 
+    if spec["key"].rsplit(".", 1)[-1] == PAIRED_GAIN:
+        raise SnakeskillsError(
+            f"config key {spec['key']}: {PAIRED_GAIN!r} names the eval's paired comparison of each tuned model with its"
+            " base model (eval/summary.json); give this metric another name"
+        )
     function, key, name = metric_function(spec), spec["key"], repr(spec["function"])
     parameters = list(inspect.signature(function).parameters.values())[1:]  # after the problems
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):

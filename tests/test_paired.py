@@ -123,3 +123,11 @@ def test_summarize_writes_each_problems_correct_samples_and_the_comparison_reads
     text = describe("round1", entry)
     assert text.startswith("95% CI [") and "(paired bootstrap over 3 problems)" in text
     assert "solved by round1 only 1, by base only 0, by both 2, by neither 0" in text
+
+
+def test_a_metric_may_not_take_the_paired_comparisons_name():
+    from snakeskills.named_metrics import check_metric
+
+    spec = {"function": "pass_hat_k", "options": {}, "key": "metrics.paired_gain"}
+    with pytest.raises(SnakeskillsError, match="config key metrics.paired_gain: 'paired_gain' names the eval's"):
+        check_metric(spec)
