@@ -184,9 +184,9 @@ def base_model_path(wildcards):
 def print_resume_hint():
     """After a failed or interrupted run (Ctrl-C): what was kept and how to go on, below Snakemake's report."""
     print(
-        "\nsnakeskills: the run stopped. Finished jobs are kept, and so is the progress of unfinished generate and"
-        " judge jobs; run the same command again to resume (add -n to see what is left). A failed job's log is"
-        " named above.",
+        "\nsnakeskills: the run stopped (a failed job, or Ctrl-C). Finished jobs are kept, and so is the progress"
+        " of unfinished generate and judge jobs: fix what a failed job's log says (above), then run the same"
+        " command again to resume; -n shows what is left.",
         flush=True,
     )
 
