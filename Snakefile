@@ -49,6 +49,7 @@ localrules:
     merge_judged,
     eval,
     plot_pass_at_1,
+    plot_gains,
     plot_pass_at_k,
     plot_generation_lengths,
     plot_sft_examples,
