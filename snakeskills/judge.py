@@ -110,12 +110,36 @@ def _letter_line(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _opening_option(text: str) -> str | None:
-    """The letter of a response that opens with one option ("B. Ag", "A. Mars is a planet ..."), when no other
-    line opens with an option (a response that lists the options answers none)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    options = [match.group(1) for line in lines if (match := _OPTION_LINE.match(line))]
-    return options[0] if len(options) == 1 and _OPTION_LINE.match(lines[0]) else None
+def _one_option_line(text: str) -> str | None:
+    """The letter of the one line that opens with an option ("B. Ag", "A. Mars is a planet ..."), when no other
+    line opens with one (a response that lists the options answers none)."""
+    options = [match.group(1) for line in text.splitlines() if (match := _OPTION_LINE.match(line))]
+    return options[0] if len(options) == 1 else None
+
+
+def _normalized_value(value: str) -> str:
+    return re.sub(r"\s+", " ", value.strip().strip("$").strip().rstrip(".").strip()).lower()
+
+
+def option_named_by_value(row: dict, text: str, regex: str | None) -> str | None:
+    """The option whose text is the response's final value, for a prepared multiple-choice row (its
+    ``option_letters`` and one field per letter): the last ``\\boxed{}``, else ``regex``'s last match, else what
+    follows the last "=" or ":" on the last line ("24 + 19 = 43", "The answer is: 98."). Exactly one option must
+    match it (case, spacing and a final period aside)."""
+    letters = [letter.strip() for letter in str(row.get("option_letters") or "").split(",") if letter.strip()]
+    if not letters:
+        return None
+    value = extract_boxed(text)
+    if value is None:
+        value = _last_regex_match(text, regex)
+    if value is None:
+        lines = [line for line in text.splitlines() if line.strip()]
+        tail = re.split(r"[=:]", lines[-1])[-1] if lines and re.search(r"[=:]", lines[-1]) else None
+        value = tail
+    if value is None or not _normalized_value(value):
+        return None
+    named = [letter for letter in letters if _normalized_value(str(row.get(letter, ""))) == _normalized_value(value)]
+    return named[0] if len(named) == 1 else None
 
 
 def extract_choice(text: str, *, regex: str | None) -> str | None:
@@ -128,7 +152,10 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
        last "X is correct": "A is correct", "B is the correct answer";
     4. the last bold letter: "**D**", "**(D)**";
     5. a last line that is only a letter: "D", "(D)", "D.";
-    6. the option a response opens with, when it is the only line that opens with one: "B. Ag".
+    6. the one line that opens with an option, when no other line does: "B. Ag", "15 + 21 = 36\\n\\nA. 36".
+
+    Where none of these gives a letter, ``judge_records`` takes the option whose text is the response's final value
+    (``option_named_by_value``: "24 + 19 = 43" answers the option "43").
 
     1 and 2 are ``multichoice-strict`` (``extract_choice_strict``), what NeMo-Skills' evaluation reads; the others
     read answers as models write them when they ignore the asked format."""
@@ -140,7 +167,7 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
         or _last_group(_LETTER_IS_CORRECT, text)
         or _last_group(_BOLD_LETTER, text)
         or _letter_line(text)
-        or _opening_option(text)
+        or _one_option_line(text)
     )
 
 
@@ -365,10 +392,13 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
     """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran)."""
     if judge_config["extraction"] == "code":
         return judge_programs(records, judge_config, num_workers=num_workers)
-    predicted = [
-        extract_answer(record["generation"], method=judge_config["extraction"], regex=judge_config["regex"])
-        for record in records
-    ]
+    method, regex = judge_config["extraction"], judge_config["regex"]
+    predicted = [extract_answer(record["generation"], method=method, regex=regex) for record in records]
+    if method == "multichoice":  # an answer given as an option's text names that option
+        predicted = [
+            answer if answer is not None else option_named_by_value(record, record["generation"], regex)
+            for record, answer in zip(records, predicted, strict=True)
+        ]
     pairs = [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)]
     return [
         {**record, "predicted_answer": answer, "symbolic_correct": verdict}

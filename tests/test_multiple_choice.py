@@ -24,7 +24,14 @@ from snakeskills.data.prepare import prepare_split
 from snakeskills.data.specs import preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.judge import exact_match, extract_answer, extract_choice, extract_choice_strict, judge_records
+from snakeskills.judge import (
+    exact_match,
+    extract_answer,
+    extract_choice,
+    extract_choice_strict,
+    judge_records,
+    option_named_by_value,
+)
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.run import Plan
 from snakeskills.plan.sections import benchmark_judge
@@ -165,6 +172,7 @@ def test_the_letter_of_a_generation(text, letter):
         ("B. Ag", "B"),
         ("A. Mars is a planet in the solar system.", "A"),
         ("A. 6\nB. 8\nC. 4\nD. 10", None),  # the options listed: no answer
+        ("15 + 21 = 30\n\nA. 30", "A"),
         ("The capital of France is Paris.", None),  # an option's text, not its letter
         # the phrasings people and larger models write
         ("Let me think.\nThe answer is (D)", "D"),
@@ -203,6 +211,36 @@ def test_most_of_smollm2s_own_answers_are_read():
     for style in ("answer-line", "plain"):
         read = [letter for letter, row in zip(letters, rows, strict=True) if row["prompt_style"] == style]
         assert sum(letter is not None for letter in read) > len(read) / 2, style
+
+
+ROW = {"option_letters": "A, B, C, D", "A": "87", "B": "97", "C": "86", "D": "106", "expected_answer": "A"}
+
+
+@pytest.mark.parametrize(
+    ("text", "letter"),
+    [
+        ("53 + 34 = 87", "A"),  # SmolLM2's most common unread answer in a user's run: the sum, not the letter
+        ("The answer is: 97.", "B"),
+        ("so \\boxed{106}", "D"),
+        ("53 + 34 = 88", None),  # no option says 88
+        ("I am not sure.", None),
+    ],
+)
+def test_an_answer_given_as_an_options_text_names_that_option(text, letter):
+    assert option_named_by_value(ROW, text, None) == letter
+    (judged,) = judge_records(
+        [{**ROW, "generation": text}], {"extraction": "multichoice", "regex": None}, num_workers=1
+    )
+    assert judged["predicted_answer"] == letter and judged["symbolic_correct"] == (letter == "A")
+    (strict,) = judge_records(
+        [{**ROW, "generation": text}], {"extraction": "multichoice-strict", "regex": None}, num_workers=1
+    )
+    assert strict["predicted_answer"] is None
+
+
+def test_a_text_two_options_share_names_neither():
+    assert option_named_by_value({**ROW, "B": "87"}, "53 + 34 = 87", None) is None
+    assert option_named_by_value({"expected_answer": "A"}, "53 + 34 = 87", None) is None, "not a prepared row"
 
 
 def test_the_asked_format_comes_before_any_phrase():
