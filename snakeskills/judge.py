@@ -134,8 +134,7 @@ def option_named_by_value(row: dict, text: str, regex: str | None) -> str | None
         value = _last_regex_match(text, regex)
     if value is None:
         lines = [line for line in text.splitlines() if line.strip()]
-        tail = re.split(r"[=:]", lines[-1])[-1] if lines and re.search(r"[=:]", lines[-1]) else None
-        value = tail
+        value = re.split(r"[=:]", lines[-1])[-1] if lines and re.search(r"[=:]", lines[-1]) else None
     if value is None or not _normalized_value(value):
         return None
     named = [letter for letter in letters if _normalized_value(str(row.get(letter, ""))) == _normalized_value(value)]

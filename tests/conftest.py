@@ -22,6 +22,17 @@ from snakeskills.workflow import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
+# Qwen2.5-1.5B-Instruct's config.json sizes (1,543,714,304 parameters): what a model job's cluster request follows
+QWEN25_15B = {
+    "hidden_size": 1536,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "intermediate_size": 8960,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
 
 # The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist=loadgroup --no-loadscope-reorder`).
 # Each module is one xdist group, so its module and session fixtures (a finished run) are built once; modules that

@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+from conftest import QWEN25_15B
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.config import default_config, prepare_config
@@ -29,16 +30,6 @@ SMOLLM2_135M = {
     "vocab_size": 49152,
     "tie_word_embeddings": True,
     "dtype": "bfloat16",
-}
-QWEN25_15B = {
-    "hidden_size": 1536,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "intermediate_size": 8960,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
 }
 
 

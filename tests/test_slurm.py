@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
+from conftest import QWEN25_15B, REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
 
 from snakeskills.workflow import snakemake_command
 
@@ -179,18 +179,8 @@ def test_the_demo_asks_the_cluster_for_what_a_tiny_model_needs(tmp_path):
 
 def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
     folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
-    # the checkpoint's real sizes (tests/test_job_resources.py): memory and runtime follow them
-    sizes = {
-        "hidden_size": 1536,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "intermediate_size": 8960,
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16",
-    }
-    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text(json.dumps(sizes))
+    # the checkpoint's real sizes: memory and runtime follow them
+    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text(json.dumps(QWEN25_15B))
     command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
     # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
     login_node = tmp_path / "login-node-bin"

@@ -17,6 +17,7 @@ The figures are generous estimates, not measurements of one machine:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -35,6 +36,7 @@ def tiny_model_parameters(architecture: dict, vocabulary: int = 100) -> int:
     return vocabulary * hidden + layers * (4 * hidden * hidden + 3 * hidden * 2 * hidden + 2 * hidden) + hidden
 
 
+@functools.cache
 def checkpoint_parameters(folder: str | Path) -> int | None:
     """Parameters of a checkpoint folder, from its config.json's sizes (Llama-like decoders), else from its weight
     files' bytes at the config's dtype; ``None`` when neither can be read."""
