@@ -36,6 +36,18 @@ if SYNTHESIS is not None:
 
 
 include: "rules/sft.smk"
+
+
+if "dpo" in config["methods"]:
+
+    include: "rules/dpo.smk"
+
+
+if "grpo" in config["methods"]:
+
+    include: "rules/grpo.smk"
+
+
 include: "rules/eval.smk"
 include: "rules/report.smk"
 
@@ -53,6 +65,7 @@ localrules:
     plot_pass_at_k,
     plot_generation_lengths,
     plot_sft_examples,
+    plot_training_curves,
 
 
 rule all:

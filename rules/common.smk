@@ -15,7 +15,8 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
-from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, is_code_benchmark
+from snakeskills.plan.training import TUNED_MODEL_PATTERN
+from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, benchmark_prompt, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
 from snakeskills.workflow import JobSettings
 
@@ -164,16 +165,52 @@ def sft_dataset_name(wildcards):
     return f"{config['experiment']}-{wildcards.model}"
 
 
-def sft_init(wildcards):
+def training_init(wildcards):
+    """What a round's training continues from (init continue): the same method's previous round's output."""
     return PLAN.sft_init(wildcards.model)
 
 
-def sft_gpus(wildcards):
+def training_job_gpus(wildcards):
+    """GPUs of a training job (sft, dpo, grpo: sft.gpus)."""
     return training_gpus(config, gpus_available())
 
 
-def sft_training_config(wildcards):
-    return PLAN.training.training_config(gpus_available())
+def training_settings(wildcards):
+    """The settings that decide a round's weights, from its training method's section."""
+    return PLAN.training_for(wildcards.model).training_config(gpus_available())
+
+
+def previous_model_train_files(wildcards):
+    """The previous model's judged train samples a dpo or grpo round's data is made from."""
+    return [path for _, path in PLAN.previous_model_train_files(wildcards.model)]
+
+
+def previous_model_train_benchmarks(wildcards):
+    return [benchmark for benchmark, _ in PLAN.previous_model_train_files(wildcards.model)]
+
+
+def previous_model_train_prompts(wildcards):
+    """The student's resolved prompt with each file's benchmark question, in previous_model_train_files' order."""
+    return [
+        resolve_prompt(benchmark_prompt(config["prompt"], config["benchmarks"][benchmark]))
+        for benchmark in previous_model_train_benchmarks(wildcards)
+    ]
+
+
+def method_pass_rate(wildcards):
+    """The pass-rate range of a round's training problems (<method>.pass_rate)."""
+    return PLAN.training_for(wildcards.model).section["pass_rate"]
+
+
+def student_reasoning(wildcards):
+    """The student's parse_reasoning settings: GRPO's judge reads the answer after the thinking, as for samples."""
+    generation = config["generation"]
+    return {key: generation[key] for key in ("parse_reasoning", "end_reasoning_string")}
+
+
+def grpo_judges(wildcards):
+    """Each train benchmark's rule-based judge settings: GRPO's reward is their verdict."""
+    return {benchmark: benchmark_judge(config, benchmark) for benchmark in config["train_benchmarks"]}
 
 
 def base_model_path(wildcards):

@@ -5,6 +5,8 @@ rule eval:
         funnel=PLAN.funnel_tables(),
         built_models=PLAN.base_model_inputs(),
         sft_stats=PLAN.sft_stats_files(),
+        tuned=PLAN.training_outputs(),
+        training_data=[PLAN.training_data_stats(model) for model in PLAN.tuned_models],
     output:
         summary=LAYOUT.summary,
         table=LAYOUT.summary_table,
@@ -18,8 +20,10 @@ rule eval:
         runs=PLAN.eval_runs(),
         base_model=PLAN.base_model,
         teacher=PLAN.evaluated_teacher,
-        rounds=PLAN.tuned_models,
-        training=config["sft"]["training"],
+        rounds=PLAN.method_models("sft"),
+        tuned_models={model: PLAN.tuned_parts(model) for model in PLAN.tuned_models},
+        method_pairs=PLAN.method_comparisons(),
+        training=config["sft"].get("training"),
         warnings=config["warnings"],
     log:
         LOGS / "eval/summary.log",

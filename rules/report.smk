@@ -86,10 +86,31 @@ rule plot_sft_examples:
             labels={"plot": "SFT examples per round"},
         ),
     params:
-        rounds=PLAN.tuned_models,
+        rounds=PLAN.method_models("sft"),
     log:
         LOGS / "report/sft_examples.log",
     conda:
         "../envs/report.yaml"
     script:
         "../scripts/plot_sft_examples.py"
+
+
+rule plot_training_curves:
+    input:
+        PLAN.training_outputs(),
+    output:
+        plot=report(
+            LAYOUT.plot.format(plot="training_curves"),
+            caption="../report/training_curves.rst",
+            category="Training",
+            labels={"plot": "training curves"},
+        ),
+    params:
+        models=PLAN.tuned_models,
+        methods={model: PLAN.tuned_parts(model)[0] for model in PLAN.tuned_models},
+    log:
+        LOGS / "report/training_curves.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/plot_training_curves.py"

@@ -9,6 +9,7 @@ rule sft_data:
     params:
         prompts=sft_prompts,
         filters=config["sft"]["filters"],
+        pass_rate=config["sft"]["pass_rate"],
         sources=sft_data_sources,
         dataset_name=sft_dataset_name,
     log:
@@ -24,24 +25,24 @@ rule sft:
     input:
         data=LAYOUT.sft_data,
         model=PLAN.base_model_inputs(),
-        init=sft_init,
+        init=training_init,
     output:
-        tuned=directory(PLAN.training.output),
+        tuned=directory(PLAN.training_output("sft")),
     params:
         model_path=base_model_path,
         model=config["model"],
-        sft=sft_training_config,
+        sft=training_settings,
         chat_template=config["prompt"]["chat_template"],
         chat_template_kwargs=config["prompt"]["chat_template_kwargs"],
     log:
         LOGS / "sft/{model}.log",
     wildcard_constraints:
-        model=r"round\d+",
+        model=TUNED_MODEL_PATTERN["sft"],
     threads: workflow.cores
     resources:
-        gpu=sft_gpus,
-        mem_mb=PLAN.training_resources()["mem_mb"],
-        runtime=PLAN.training_resources()["runtime"],
+        gpu=training_job_gpus,
+        mem_mb=PLAN.training_resources("sft")["mem_mb"],
+        runtime=PLAN.training_resources("sft")["runtime"],
     conda:
         "../envs/training.yaml"
     script:

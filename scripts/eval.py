@@ -1,7 +1,15 @@
+from snakeskills.method_comparison import training_cost
 from snakeskills.summarize import write_comparison
 from snakeskills.workflow import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
+    tuned = snakemake.params.tuned_models  # {model: (method, round)}
+    costs = {
+        model: training_cost(method, round_number, folder, stats)
+        for (model, (method, round_number)), folder, stats in zip(
+            tuned.items(), snakemake.input.tuned, snakemake.input.training_data, strict=True
+        )
+    }
     table = write_comparison(
         runs=snakemake.params.runs,
         metrics_paths=list(snakemake.input.metrics),
@@ -16,5 +24,7 @@ with script_logging(snakemake.log[0]) as logger:
         summary_path=snakemake.output.summary,
         table_path=snakemake.output.table,
         flips_path=snakemake.output.flips,
+        method_pairs=snakemake.params.method_pairs,
+        training_costs=costs,
     )
     logger.info("\n%s", table)

@@ -26,4 +26,4 @@ with script_logging(snakemake.log[0]) as logger:
         metrics = train_sft(**arguments)
     else:
         metrics = launch_sft(arguments, processes=processes, on_cpu=not gpus, log_path=snakemake.log[0])
-    logger.info("sft done: %s", metrics)
+    logger.info("sft done: %s", {key: value for key, value in metrics.items() if key != "log_history"})

@@ -18,7 +18,7 @@ from snakeskills.paired import PAIRED_GAIN
 
 METRIC = "symbolic_correct"
 # why a judged sample did not become an SFT example (sft/<round>/stats.json keys), in stacking order
-SFT_DROP_REASONS = ("incorrect", "truncated", "too_long", "duplicate", "over_per_problem_cap")
+SFT_DROP_REASONS = ("outside_pass_rate", "incorrect", "truncated", "too_long", "duplicate", "over_per_problem_cap")
 _PASS_AT_K = re.compile(r"^pass@(\d+)$")
 _MAJORITY_AT_K = re.compile(r"^majority@(\d+)$")
 
@@ -252,6 +252,10 @@ def plot_sft_examples(stats: dict[str, dict], output_path: str | Path) -> None:
 
     rounds = list(stats)
     figure, (axis,) = _figure(1, panel_width=max(4.8, 1.1 * len(rounds) + 3.5))
+    if not rounds:
+        _empty(axis, "no sft rounds in this run (methods)")
+        _save(figure, output_path)
+        return
     positions = range(len(rounds))
     kept = [stats[model]["kept"] for model in rounds]
     # kept examples by the model that wrote them (a teacher, the base model, the student's rounds)
@@ -294,6 +298,62 @@ def plot_sft_examples(stats: dict[str, dict], output_path: str | Path) -> None:
     axis.set_ylabel("judged train samples")
     axis.set_title("SFT examples kept per round")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(figure, output_path)
+
+
+def _empty(axis, text: str) -> None:
+    axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes)
+    axis.set_axis_off()
+
+
+# what each training method's curve shows: (log_history key, axis label); the first one its trainer logs is drawn
+TRAINING_CURVES = {
+    "sft": (("loss", "training loss"),),
+    "dpo": (("rewards/accuracies", "preference accuracy"), ("loss", "training loss")),
+    "grpo": (("reward", "mean reward of the sampled completions"), ("loss", "training loss")),
+}
+
+
+def training_curve(method: str, history: list[dict]) -> tuple[str, list[tuple[int, float]]]:
+    """(label, (step, value) points) of a round's logged training history (training_metrics.json's log_history):
+    the loss for sft, the preference accuracy for dpo, the mean reward for grpo."""
+    for key, label in TRAINING_CURVES[method]:
+        points = [(int(entry["step"]), float(entry[key])) for entry in history if key in entry and "step" in entry]
+        if points:
+            return label, points
+    return TRAINING_CURVES[method][0][1], []
+
+
+def read_training_histories(folders: Sequence[str | Path], models: Sequence[str]) -> dict[str, list[dict]]:
+    """Each tuned model's logged history from its adapter's or checkpoint's training_metrics.json."""
+    return {
+        model: read_json(Path(folder) / "training_metrics.json").get("log_history", [])
+        for model, folder in zip(models, folders, strict=True)
+    }
+
+
+def plot_training_curves(histories: dict[str, list[dict]], methods: dict[str, str], output_path: str | Path) -> None:
+    """One panel per training method: each of its rounds' curve by optimizer step (``training_curve``)."""
+    used = list(dict.fromkeys(methods[model] for model in histories)) or ["sft"]
+    figure, axes = _figure(len(used))
+    colors = _model_colors(list(histories))
+    for axis, method in zip(axes, used, strict=True):
+        label = TRAINING_CURVES[method][0][1]
+        drawn = False
+        for model, history in histories.items():
+            if methods[model] != method:
+                continue
+            label, points = training_curve(method, history)
+            if points:
+                axis.plot(*zip(*points, strict=True), marker=".", color=colors[model], label=model)
+                drawn = True
+        if not drawn:
+            _empty(axis, f"no logged {method} steps")
+            continue
+        axis.set_xlabel("optimizer step")
+        axis.set_ylabel(label)
+        axis.set_title(f"{method}: {label} by step")
+        axis.legend(fontsize=7)
     _save(figure, output_path)
 
 

@@ -9,7 +9,6 @@ so a user can train elsewhere.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -48,10 +47,25 @@ def trained_text(row: dict) -> str:
     return row["_full_generation"] if "_full_generation" in row else row["generation"]
 
 
+def sample_pass_rates(judged_paths: list[str | Path], score: str) -> dict[tuple[str, str], float]:
+    """Each problem's pass rate over all of ``judged_paths``' samples (keyed by id and problem text)."""
+    solved: dict[tuple[str, str], list[bool]] = {}
+    for path in judged_paths:
+        for row_number, row in enumerate(iter_jsonl(path), start=1):
+            verdict = is_correct(row, score, f"{path}: row {row_number}")
+            solved.setdefault((str(row["id"]), str(row["problem"])), []).append(verdict)
+    return {key: sum(verdicts) / len(verdicts) for key, verdicts in solved.items()}
+
+
 def select_sft_records(
-    judged_paths: list[str | Path], sources: list[str], prompts: list[dict], filters: dict
+    judged_paths: list[str | Path],
+    sources: list[str],
+    prompts: list[dict],
+    filters: dict,
+    pass_rate: dict | None = None,
 ) -> tuple[list[dict], dict]:
-    """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations; returns (records,
+    """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations of the problems whose pass
+    rate (over all the samples given) lies in ``pass_rate`` (sft.pass_rate; none: every problem); returns (records,
     counts per filter, and the kept examples per source).
 
     ``sources`` names the model that wrote each judged file (a teacher, the base model, a round): it becomes each
@@ -65,6 +79,12 @@ def select_sft_records(
             f"{len(prompts)} prompts"
         )
     counts = {"judged": 0, "incorrect": 0, "truncated": 0, "too_long": 0, "duplicate": 0, "over_per_problem_cap": 0}
+    filtering = pass_rate is not None and (pass_rate["min"] > 0 or pass_rate["max"] < 1)
+    rates = sample_pass_rates(judged_paths, filters["score"]) if filtering else {}
+    if filtering:
+        outside = [rate for rate in rates.values() if not pass_rate["min"] <= rate <= pass_rate["max"]]
+        counts["problems_outside_pass_rate"] = len(outside)
+        counts["outside_pass_rate"] = 0
     seen = set()
     kept_per_problem: dict[str, int] = {}
     kept_by_source = dict.fromkeys(sources, 0)
@@ -72,6 +92,9 @@ def select_sft_records(
     for path, source, prompt in zip(judged_paths, sources, prompts, strict=True):
         for row_number, row in enumerate(iter_jsonl(path), start=1):
             counts["judged"] += 1
+            if filtering and not pass_rate["min"] <= rates[str(row["id"]), str(row["problem"])] <= pass_rate["max"]:
+                counts["outside_pass_rate"] += 1
+                continue
             if "_generation_finished_thinking" in row:  # parse_reasoning: a text that never ended its thinking
                 unfinished = not row["_generation_finished_thinking"]
                 counts["unfinished_thinking"] = counts.get("unfinished_thinking", 0) + unfinished
@@ -108,8 +131,8 @@ def select_sft_records(
     return records, counts
 
 
-def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stats_path) -> dict:
-    records, counts = select_sft_records(judged_paths, sources, prompts, filters)
+def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stats_path, pass_rate=None) -> dict:
+    records, counts = select_sft_records(judged_paths, sources, prompts, filters, pass_rate)
     if not records and counts.get("unfinished_thinking") == counts["judged"]:
         raise SnakeskillsError(
             f"no SFT examples: none of the {counts['judged']} generations ended its thinking, so none has an "
@@ -177,37 +200,6 @@ def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwa
 METHODS = ("lora", "full")
 
 
-def _load_lora_model(base_model_path: str, init_path, lora: dict, dtype: str, trust_remote_code: bool):
-    """The base model (frozen, in the FROZEN_BASE dtype) with a LoRA to train: round r-1's adapter
-    (``init_path``) or a fresh one from ``lora``."""
-    from peft import LoraConfig, get_peft_model
-
-    from snakeskills.models import FROZEN_BASE, load_model
-
-    if init_path is not None:
-        logger.info("continuing from adapter %s", init_path)
-        return load_model(
-            base_model_path,
-            dtype=dtype,
-            policy=FROZEN_BASE,
-            trust_remote_code=trust_remote_code,
-            adapter_path=init_path,
-            trainable_adapter=True,
-        )
-    model = load_model(base_model_path, dtype=dtype, policy=FROZEN_BASE, trust_remote_code=trust_remote_code)
-    logger.info("training a fresh LoRA on %s (base weights in %s)", base_model_path, model.dtype)
-    return get_peft_model(
-        model,
-        LoraConfig(
-            r=lora["r"],
-            lora_alpha=lora["alpha"],
-            lora_dropout=lora["dropout"],
-            target_modules=lora["target_modules"],
-            task_type="CAUSAL_LM",
-        ),
-    )
-
-
 def train_sft(
     *,
     method: str,
@@ -231,31 +223,21 @@ def train_sft(
     ``method`` (sft.method) "lora": a LoRA adapter on the base model (``lora`` settings), saved as an adapter
     folder. "full": every weight of the model, saved as a full checkpoint in the dtype of the checkpoint it
     started from (or in ``dtype``, model.dtype, when it is not auto), which every backend loads as a model. The
-    weights load under ``snakeskills.models``' dtype policies. ``init_path`` (sft.init: continue) is the previous
-    round's output, trained further: its adapter (lora, its LoRA settings kept) or its checkpoint (full).
-    With ``processes > 1`` this runs in every process ``launch_sft`` started (see ``train_on_examples``).
+    weights load under ``snakeskills.models``' dtype policies (``training.load_trainable_model``). ``init_path``
+    (sft.init: continue) is the previous round's output, trained further: its adapter (lora, its LoRA settings
+    kept) or its checkpoint (full). With ``processes > 1`` this runs in every process ``launch_training`` started
+    (see ``train_on_examples``).
     """
     import torch
 
-    from snakeskills.models import TRAINED_WEIGHTS, load_model, load_tokenizer, saved_dtype
-    from snakeskills.training import cast_saved_weights, save_trained, train_on_examples, trainer_dir_for
+    from snakeskills.training import load_trainable_model, save_tuned, train_on_examples, trainer_dir_for
 
     if method not in METHODS:
         raise SnakeskillsError(f"sft.method: {method!r} is not one of {', '.join(METHODS)}")
-    if init_path is not None and not Path(init_path).is_dir():
-        kind = "adapter" if method == "lora" else "checkpoint"
-        raise SnakeskillsError(f"{kind} {str(init_path)!r} to continue from does not exist (sft.init: continue)")
     torch.manual_seed(seed)
-    # a full fine-tune continuing a round starts from that round's checkpoint, tokenizer included
-    start_path = str(init_path) if method == "full" and init_path is not None else base_model_path
-    tokenizer = load_tokenizer(start_path, trust_remote_code=trust_remote_code)
-    stored_dtype = None
-    if method == "lora":
-        model = _load_lora_model(base_model_path, init_path, lora, dtype, trust_remote_code)
-    else:
-        logger.info("fully fine-tuning %s (float32 weights)", start_path)
-        model = load_model(start_path, dtype=dtype, policy=TRAINED_WEIGHTS, trust_remote_code=trust_remote_code)
-        stored_dtype = saved_dtype(dtype, start_path, trust_remote_code)
+    model, tokenizer, stored_dtype = load_trainable_model(
+        method, base_model_path, init_path, lora, dtype, trust_remote_code
+    )
     examples = [
         to_prompt_completion(
             record, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
@@ -267,12 +249,7 @@ def train_sft(
         tokenizer,
         examples,
         output_dir=trainer_dir_for(output_dir),
-        # the model folders by identity (a re-trained adapter or checkpoint is a new folder, renamed into place)
-        run_identity={
-            "models": fingerprint([base_model_path, *([] if init_path is None else [str(init_path)])], {}),
-            "method": method,
-            "lora": lora if method == "lora" else None,
-        },
+        run_identity=run_identity(method, base_model_path, init_path, lora),
         seed=seed,
         threads=threads,
         processes=processes,
@@ -281,42 +258,25 @@ def train_sft(
     )
     metrics["method"] = method
     metrics["init_path"] = None if init_path is None else str(init_path)
-    if stored_dtype is not None:
-        metrics["saved_dtype"] = str(stored_dtype).removeprefix("torch.")
-
-    def finish(staging: Path) -> None:
-        if stored_dtype is not None:
-            cast_saved_weights(staging, stored_dtype)
-        tokenizer.save_pretrained(staging)
-        write_json(staging / "training_metrics.json", metrics)
-
-    save_trained(trainer, output_dir, finish)
+    save_tuned(trainer, output_dir, tokenizer=tokenizer, metrics=metrics, stored_dtype=stored_dtype)
     return metrics
 
 
-def launch_sft(arguments: dict, *, processes: int, on_cpu: bool, log_path: str | Path) -> dict:
-    """``train_sft(**arguments)`` in ``processes`` processes started by ``accelerate launch`` (one per GPU,
-    or CPU processes over gloo when ``on_cpu``); their output is appended to ``log_path``. Returns the metrics
-    the main process saved with the model."""
-    import socket
-    import subprocess
-    import sys
+def run_identity(method: str, base_model_path: str, init_path, lora: dict | None) -> dict:
+    """What a round's model is, for its checkpoints' fingerprint: the model folders by identity (a re-trained
+    adapter or checkpoint is a new folder, renamed into place), lora or full, and the LoRA settings."""
+    return {
+        "models": fingerprint([base_model_path, *([] if init_path is None else [str(init_path)])], {}),
+        "method": method,
+        "lora": lora if method == "lora" else None,
+    }
 
-    with socket.socket() as sock:  # a free port for the processes' rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
-    command += ["--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no"]
-    # --multi_gpu starts the processes with torch.distributed.run (accelerate's --cpu alone starts one, or
-    # needs mpirun); on a CPU run each one's Trainer then trains on the CPU and talks over gloo
-    command += ["--dynamo_backend", "no", "--multi_gpu"]
-    command += ["-m", "snakeskills.sft", json.dumps({**arguments, "processes": processes})]
-    logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
-    with open(log_path, "a", encoding="utf-8") as log:
-        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
-    if returncode != 0:
-        raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")
-    return json.loads((Path(arguments["output_dir"]) / "training_metrics.json").read_text())
+
+def launch_sft(arguments: dict, *, processes: int, on_cpu: bool, log_path: str | Path) -> dict:
+    """``train_sft(**arguments)`` in ``processes`` processes (``training.launch_training``)."""
+    from snakeskills.training import launch_training
+
+    return launch_training("snakeskills.sft", arguments, processes=processes, log_path=log_path)
 
 
 def merge_adapter(
@@ -342,11 +302,7 @@ def merge_adapter(
 
 
 if __name__ == "__main__":
-    # one of the processes `launch_sft` starts: train_sft's arguments come as one JSON argument
-    import sys
+    # one of the processes `launch_training` starts: train_sft's arguments come as one JSON argument
+    from snakeskills.training import training_process_main
 
-    from snakeskills.workflow import quiet_libraries
-
-    quiet_libraries()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    train_sft(**json.loads(sys.argv[1]))
+    training_process_main(train_sft)

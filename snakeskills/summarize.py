@@ -11,6 +11,7 @@ import polars as pl
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, read_json, write_json, write_jsonl, write_text
+from snakeskills.method_comparison import PAIRED_GAIN_OVER, TRAINING_COST, compare_methods, format_costs
 from snakeskills.metrics import (
     EXECUTION_ERROR,
     EXECUTION_STATUS,
@@ -319,7 +320,7 @@ def format_named_comparison(summary: dict[str, dict]) -> str:
     keys = [
         key
         for key in dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key))
-        if not key.endswith(f"/{PAIRED_GAIN}")
+        if not key.endswith(f"/{PAIRED_GAIN}") and f"/{PAIRED_GAIN_OVER}/" not in key and key != TRAINING_COST
     ]
     blocks = []
     for key in keys:
@@ -346,6 +347,8 @@ def write_comparison(
     sft_stats=None,
     training=None,
     thresholds=None,
+    method_pairs=(),
+    training_costs=None,
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
     tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
@@ -354,7 +357,9 @@ def write_comparison(
     warnings (``run_warnings``): each built tiny model (``built_models``: checkpoint folders) whose bootstrap missed
     its target and, given ``thresholds`` (the config's ``warnings``), each round's SFT data that is too small
     (``sft_stats``: {round: its stats.json}; ``training``: sft.training) and each model's truncated or unanswered
-    share over its threshold."""
+    share over its threshold. With several training methods, ``method_pairs`` ((model, other) rounds of the same
+    number) are compared paired as well (``method_comparison``), and ``training_costs`` ({model: cost}) are stored
+    under ``"training/cost"`` and tabled."""
     from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     summary: dict[str, dict] = {}
@@ -377,7 +382,15 @@ def write_comparison(
         summary[model][f"{benchmark}/{PAIRED_GAIN}"] = entry
         flips += rows
     write_text(flips_path, "".join("\t".join(map(str, row)) + "\n" for row in flips))
+    benchmarks = list(dict.fromkeys(benchmark for _, benchmark in runs))
+    method_lines = compare_methods(list(method_pairs), benchmarks, problems, summary)
+    for model, cost in (training_costs or {}).items():
+        summary[model][TRAINING_COST] = cost
     table = format_comparison(summary, base_model, teacher)
+    if method_lines:
+        table += "\ntraining methods compared (rounds of the same number, paired over the same problems)\n"
+        table += "\n".join(method_lines) + "\n"
+    table += format_costs(training_costs or {})
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")
     warnings = []

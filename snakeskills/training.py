@@ -12,7 +12,8 @@ import re
 import shutil
 from pathlib import Path
 
-from snakeskills.io import fingerprint, publish_directory
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import fingerprint, publish_directory, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -160,13 +161,69 @@ def sft_trainer(
     ``WORLD_SIZE`` must match), and ``distributed`` "fsdp" shards the model across them instead of
     replicating it (DDP).
     """
-    import os
-
-    import torch
     from trl import SFTConfig, SFTTrainer
 
     if not examples:
         raise ValueError("no training examples: nothing to fine-tune on")
+    dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
+    common = trainer_arguments(
+        output_dir=output_dir,
+        num_epochs=num_epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        weight_decay=weight_decay,
+        warmup_steps=warmup_steps,
+        checkpoint_steps=checkpoint_steps,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        gradient_checkpointing=gradient_checkpointing,
+        bf16=bf16,
+        threads=threads,
+        processes=processes,
+        distributed=distributed,
+    )
+    arguments = SFTConfig(max_length=max_length, completion_only_loss=True, packing=packing, **common)
+    hyperparameters = {**common, "max_length": max_length, "packing": packing}
+    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples, checkpoint_steps)
+    trainer = SFTTrainer(
+        model=model,
+        args=arguments,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[*(callbacks or []), step_logger()],
+    )
+    return trainer, resume_from
+
+
+def trainer_arguments(
+    *,
+    output_dir: str | Path,
+    num_epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    weight_decay: float,
+    warmup_steps: float,
+    checkpoint_steps: int,
+    gradient_accumulation_steps: int,
+    gradient_checkpointing: bool,
+    bf16: str | bool,
+    threads: int,
+    processes: int,
+    distributed: str,
+    max_steps: int | None = None,
+) -> dict:
+    """The keyword arguments every TRL trainer's config (SFTConfig, DPOConfig, GRPOConfig) gets from a training
+    section: the schedule, batch split over processes and accumulation steps, precision, seeds, checkpoints,
+    logging, CPU or GPU, DDP or FSDP. Also checks the processes' world and sets the CPU threads.
+
+    ``batch_size`` is the examples per optimizer step: each of the ``processes`` takes ``batch_size / (processes x
+    gradient_accumulation_steps)`` per forward pass. ``bf16`` "auto" trains in bfloat16 mixed precision where the
+    GPU supports it (float32 on a CPU)."""
+    import os
+
+    import torch
+
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size != processes:
         raise ValueError(f"training for {processes} process(es) runs in a world of {world_size}")
@@ -179,69 +236,57 @@ def sft_trainer(
     torch.set_num_threads(threads)
     on_gpu = torch.cuda.is_available()
     use_bf16 = (on_gpu and torch.cuda.is_bf16_supported()) if bf16 == "auto" else bool(bf16)
-    dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
-    output_dir = Path(output_dir)
-    hyperparameters = {
-        "num_epochs": num_epochs,
-        "learning_rate": learning_rate,
-        "batch_size": batch_size,
-        "seed": seed,
-        "max_length": max_length,
-        "weight_decay": weight_decay,
-        "warmup_steps": warmup_steps,
-        "checkpoint_steps": checkpoint_steps,
-        "gradient_accumulation_steps": gradient_accumulation_steps,
-        "gradient_checkpointing": gradient_checkpointing,
-        "bf16": use_bf16,
-        "packing": packing,
-        "processes": processes,
-        "distributed": distributed,
-    }
     # FSDP (GPUs only): full_shard of every transformer block (the model's _no_split_modules)
     sharding = (
         {"fsdp": "full_shard auto_wrap", "fsdp_config": {"use_orig_params": True}} if distributed == "fsdp" else {}
     )
-    arguments = SFTConfig(
-        output_dir=str(output_dir),
-        max_length=max_length,
-        completion_only_loss=True,
-        packing=packing,
-        num_train_epochs=num_epochs,
-        learning_rate=learning_rate,
-        per_device_train_batch_size=batch_size // share,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        gradient_checkpointing=gradient_checkpointing,
-        bf16=use_bf16,
-        weight_decay=weight_decay,
-        warmup_steps=warmup_steps,
-        lr_scheduler_type="linear",
-        seed=seed,
-        data_seed=seed,
-        logging_steps=20,
-        save_strategy="steps" if checkpoint_steps > 0 else "no",
-        save_steps=checkpoint_steps if checkpoint_steps > 0 else 500,
-        save_total_limit=2,
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        use_cpu=not on_gpu,
-        ddp_find_unused_parameters=False,
+    return {
+        "output_dir": str(output_dir),
+        "num_train_epochs": num_epochs,
+        "max_steps": max_steps if max_steps is not None else -1,
+        "learning_rate": learning_rate,
+        "per_device_train_batch_size": batch_size // share,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "gradient_checkpointing": gradient_checkpointing,
+        "bf16": use_bf16,
+        "weight_decay": weight_decay,
+        "warmup_steps": warmup_steps,
+        "lr_scheduler_type": "linear",
+        "seed": seed,
+        "data_seed": seed,
+        "logging_steps": 20,
+        "save_strategy": "steps" if checkpoint_steps > 0 else "no",
+        "save_steps": checkpoint_steps if checkpoint_steps > 0 else 500,
+        "save_total_limit": 2,
+        "report_to": [],
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "remove_unused_columns": False,
+        "use_cpu": not on_gpu,
+        "ddp_find_unused_parameters": False,
         **sharding,
-    )
-    # creating the arguments set up the processes' group; the main process claims the checkpoint folder
-    # (and drops partial checkpoints) first, the others then find it claimed and the same last checkpoint
+    }
+
+
+def claim_checkpoints(arguments, run_identity: dict, hyperparameters: dict, examples, checkpoint_steps: int):
+    """Claim the trainer's checkpoint folder for this run (``claim_trainer_dir``) and return the checkpoint to resume
+    from (``None``: start afresh). Creating ``arguments`` set up the processes' group; the main process claims the
+    folder (and drops partial checkpoints) first, the others then find it claimed and the same last checkpoint."""
+    output_dir = Path(arguments.output_dir)
     with arguments.main_process_first(desc="checkpoint folder", local=False):
         claim_trainer_dir(output_dir, training_fingerprint(run_identity, hyperparameters, examples))
-        resume_from = last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
-    trainer = SFTTrainer(
-        model=model,
-        args=arguments,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[*(callbacks or []), step_logger()],
-    )
-    return trainer, resume_from
+        return last_complete_checkpoint(output_dir) if checkpoint_steps > 0 else None
+
+
+# what a DPO or GRPO trainer logs beside the loss, and how the job's log names it
+LOGGED_METRICS = {
+    "rewards/margins": "reward margin",
+    "rewards/accuracies": "preference accuracy",
+    "reward": "reward mean",
+    "reward_std": "reward spread",
+    "kl": "KL",
+    "completions/mean_length": "completion length",
+}
 
 
 def step_logger(min_interval: float = 30.0):
@@ -273,11 +318,13 @@ def step_logger(min_interval: float = 30.0):
             steps = state.global_step - self.first_step
             per_step = args.train_batch_size * args.gradient_accumulation_steps * args.world_size
             eta = (state.max_steps - state.global_step) * elapsed / steps if steps else 0.0
+            extra = "".join(f", {label} {float(logs[key]):.4g}" for key, label in LOGGED_METRICS.items() if key in logs)
             logger.info(
-                "step %d/%d, loss %.4f, learning rate %.3g, %.1f examples/s, elapsed %s, ETA %s",
+                "step %d/%d, loss %.4f%s, learning rate %.3g, %.1f examples/s, elapsed %s, ETA %s",
                 state.global_step,
                 state.max_steps,
                 float(logs["loss"]),
+                extra,
                 float(logs.get("learning_rate", "nan")),
                 steps * per_step / elapsed,
                 format_duration(elapsed),
@@ -300,15 +347,125 @@ def train_on_examples(model, tokenizer, examples: list[dict], **settings):
     The caller saves the model (``save_trained``), which also discards the checkpoint folder.
     """
     trainer, resume_from = sft_trainer(model, tokenizer, examples, **settings)
+    return run_trainer(trainer, resume_from, len(examples)), trainer
+
+
+def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
+    """Train (from ``resume_from``, a checkpoint, when given); returns the run's metrics: the trainer's, the examples
+    trained on, the checkpoint resumed from, steps, processes, and the logged history (loss, rewards by step)."""
+    from transformers import PrinterCallback
+
+    # with tqdm off the Trainer prints every logged dict to stdout; the step lines in the job's log say it instead
+    trainer.remove_callback(PrinterCallback)
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
     result = trainer.train(resume_from_checkpoint=resume_from)
     metrics = dict(result.metrics)
-    metrics["num_examples"] = len(examples)
+    metrics["num_examples"] = num_examples
     metrics["resumed_from_checkpoint"] = resume_from
     metrics["global_step"] = trainer.state.global_step
     metrics["processes"] = trainer.args.world_size
-    return metrics, trainer
+    metrics["log_history"] = [
+        {key: value for key, value in entry.items() if isinstance(value, (int, float))}
+        for entry in trainer.state.log_history
+    ]
+    return metrics
+
+
+def load_trainable_model(
+    method: str, base_model_path: str, init_path, lora: dict | None, dtype: str, trust_remote_code: bool
+):
+    """The model a round trains and its tokenizer, and the dtype a full fine-tune is saved in (``None`` for lora).
+
+    ``method`` lora: the base model (frozen, in the FROZEN_BASE dtype) with a LoRA to train, round r-1's adapter
+    (``init_path``) or a fresh one from ``lora``; full: every weight in float32 (TRAINED_WEIGHTS), from round r-1's
+    checkpoint (``init_path``, tokenizer included) or the base model."""
+    from snakeskills.models import FROZEN_BASE, TRAINED_WEIGHTS, load_model, load_tokenizer, saved_dtype
+
+    if init_path is not None and not Path(init_path).is_dir():
+        kind = "adapter" if method == "lora" else "checkpoint"
+        raise SnakeskillsError(f"{kind} {str(init_path)!r} to continue from does not exist (init: continue)")
+    start_path = str(init_path) if method == "full" and init_path is not None else base_model_path
+    tokenizer = load_tokenizer(start_path, trust_remote_code=trust_remote_code)
+    if method == "full":
+        logger.info("fully fine-tuning %s (float32 weights)", start_path)
+        model = load_model(start_path, dtype=dtype, policy=TRAINED_WEIGHTS, trust_remote_code=trust_remote_code)
+        return model, tokenizer, saved_dtype(dtype, start_path, trust_remote_code)
+    if init_path is not None:
+        logger.info("continuing from adapter %s", init_path)
+        model = load_model(
+            base_model_path,
+            dtype=dtype,
+            policy=FROZEN_BASE,
+            trust_remote_code=trust_remote_code,
+            adapter_path=init_path,
+            trainable_adapter=True,
+        )
+        return model, tokenizer, None
+    from peft import LoraConfig, get_peft_model
+
+    model = load_model(base_model_path, dtype=dtype, policy=FROZEN_BASE, trust_remote_code=trust_remote_code)
+    logger.info("training a fresh LoRA on %s (base weights in %s)", base_model_path, model.dtype)
+    adapter = LoraConfig(
+        r=lora["r"],
+        lora_alpha=lora["alpha"],
+        lora_dropout=lora["dropout"],
+        target_modules=lora["target_modules"],
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, adapter), tokenizer, None
+
+
+def save_tuned(trainer, output_dir: str | Path, *, tokenizer, metrics: dict, stored_dtype) -> None:
+    """Save a round's trained model with its tokenizer and ``training_metrics.json`` (``save_trained``); a full
+    fine-tune's weights are stored in ``stored_dtype``."""
+    if stored_dtype is not None:
+        metrics["saved_dtype"] = str(stored_dtype).removeprefix("torch.")
+
+    def finish(staging: Path) -> None:
+        if stored_dtype is not None:
+            cast_saved_weights(staging, stored_dtype)
+        tokenizer.save_pretrained(staging)
+        write_json(staging / "training_metrics.json", metrics)
+
+    save_trained(trainer, output_dir, finish)
+
+
+def launch_training(module: str, arguments: dict, *, processes: int, log_path: str | Path) -> dict:
+    """Run ``module``'s training (its ``__main__`` takes ``arguments`` as one JSON argument) in ``processes``
+    processes started by ``accelerate launch`` (one per GPU, or CPU processes over gloo); their output is appended to
+    ``log_path``. Returns the metrics the main process saved with the model."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a free port for the processes' rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
+    command += ["--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no"]
+    # --multi_gpu starts the processes with torch.distributed.run (accelerate's --cpu alone starts one, or
+    # needs mpirun); on a CPU run each one's Trainer then trains on the CPU and talks over gloo
+    command += ["--dynamo_backend", "no", "--multi_gpu"]
+    command += ["-m", module, json.dumps({**arguments, "processes": processes})]
+    logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
+    with open(log_path, "a", encoding="utf-8") as log:
+        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    if returncode != 0:
+        raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")
+    return json.loads((Path(arguments["output_dir"]) / "training_metrics.json").read_text())
+
+
+def training_process_main(train) -> None:
+    """The body of a training module's ``__main__``: one of the processes ``launch_training`` started runs
+    ``train(**arguments)``, its arguments one JSON argument."""
+    import sys
+
+    from snakeskills.workflow import quiet_libraries
+
+    quiet_libraries()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    train(**json.loads(sys.argv[1]))
 
 
 def save_trained(trainer, output_dir: str | Path, finish) -> None:

@@ -38,7 +38,7 @@ QWEN25_15B = {
 # Each module is one xdist group, so its module and session fixtures (a finished run) are built once; modules that
 # share a finished run form one group. The slowest groups are queued first so that two workers start on them; with
 # `-n 0` (one process) the order is the same.
-SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run"}
+SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
 SLOWEST_GROUPS_FIRST = (
     "test_teacher",
     "test_real_model_loop",

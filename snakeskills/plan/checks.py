@@ -19,6 +19,7 @@ from snakeskills.plan.sections import (
 )
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
+from snakeskills.plan.training import check_methods
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.registry import is_user_function, load_user_function
 
@@ -50,6 +51,7 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
     for key, section in generation_sections(config).items():
         backend_spec(section).check(section, key)
         _check_reasoning(section, key)
+    check_methods(config, training_processes(config, gpus_available))
     _check_student_backend(config)
     _check_sft(config, gpus_available)
     if config["teacher"] is not None:
@@ -204,19 +206,21 @@ def _check_splits(config: dict) -> None:
 
 
 def _check_student_backend(config: dict) -> None:
-    generation, sft = config["generation"], config["sft"]
+    generation = config["generation"]
     if not backend_spec(generation).supports_adapters:
         raise SnakeskillsError(
             f"config key generation.backend is {generation['backend']!r}, which samples whatever model its server "
             "serves, not the tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, "
             "judge.llm, and the teacher, teacher.generation)"
         )
-    lora_rank = sft["lora"]["r"] if sft["method"] == "lora" and "lora" in sft else 0
-    if generation["backend"] == "vllm" and lora_rank > generation["vllm"]["max_lora_rank"]:
-        raise SnakeskillsError(
-            f"config key sft.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
-            f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
-        )
+    for method in config["methods"]:
+        section = config[method] or {}
+        lora_rank = section["lora"]["r"] if section.get("method") == "lora" and "lora" in section else 0
+        if generation["backend"] == "vllm" and lora_rank > generation["vllm"]["max_lora_rank"]:
+            raise SnakeskillsError(
+                f"config key {method}.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
+                f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
+            )
 
 
 def check_batch_divides(batch_size: int, processes: int, accumulation: int, section: str) -> None:
@@ -231,8 +235,6 @@ def check_batch_divides(batch_size: int, processes: int, accumulation: int, sect
 
 def _check_sft(config: dict, gpus_available: bool) -> None:
     sft = config["sft"]
-    if sft["method"] == "lora" and "lora" not in sft:
-        raise SnakeskillsError("config key sft.lora (r, alpha) is required when sft.method is lora")
     if sft["method"] == "full" and sft["merge"]:
         raise SnakeskillsError(
             "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
@@ -256,8 +258,9 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
                 else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
             )
         )
-    training = sft["training"]
-    check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
+    if "sft" in config["methods"]:
+        training = sft["training"]
+        check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
     if config["model"]["build_tiny"]:
         tiny = config["tiny_model"]["training"]
         check_batch_divides(tiny["batch_size"], 1, tiny["gradient_accumulation_steps"], "tiny_model.training")

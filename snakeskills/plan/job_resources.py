@@ -102,18 +102,24 @@ def sampling_job_resources(model: dict, generation: dict, config: dict) -> dict:
     }
 
 
-def training_job_resources(config: dict) -> dict:
-    """``mem_mb`` and ``runtime`` of the sft job (the student's model, sft.method, sft.training.num_epochs)."""
+def training_job_resources(config: dict, method: str = "sft") -> dict:
+    """``mem_mb`` and ``runtime`` of a training job of ``method`` (sft, dpo, grpo): the student's model, the section's
+    method (lora or full) and its training length. DPO holds a reference model (none with lora: the adapter is
+    switched off) and runs four forward passes per pair; GRPO also samples num_generations completions per problem,
+    so its runtime grows with the completions it draws."""
     size = model_size(config["model"], config)
     if size is None:
         return dict(UNKNOWN)
     parameters, dtype_bytes = size
-    if config["sft"]["method"] == "full":
-        memory = 4000 + 20 * parameters / MB
-    else:
-        memory = 4000 + 3 * parameters * dtype_bytes / MB
-    epochs = math.ceil(config["sft"]["training"]["num_epochs"])
-    return {"mem_mb": _rounded_mb(memory), "runtime": 30 + math.ceil(60 * parameters / 1e9 * epochs)}
+    section = config[method]
+    full = section["method"] == "full"
+    memory = 4000 + 20 * parameters / MB if full else 4000 + 3 * parameters * dtype_bytes / MB
+    if full and method != "sft" and section["beta"] > 0:  # a frozen reference copy
+        memory += parameters * dtype_bytes / MB
+    training = section["training"]
+    epochs = math.ceil(training["num_epochs"]) if training.get("max_steps") is None else 1
+    factor = {"sft": 1, "dpo": 2, "grpo": 4}[method]
+    return {"mem_mb": _rounded_mb(memory), "runtime": 30 + math.ceil(60 * factor * parameters / 1e9 * epochs)}
 
 
 def with_overrides(rule: str, estimate: dict, config: dict) -> dict:

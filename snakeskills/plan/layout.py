@@ -51,6 +51,15 @@ class Layout:
     sft_stats: str = "sft/{model}/stats.json"
     sft_alpaca: str = "sft/{model}/alpaca.json"
     sft_dataset_info: str = "sft/{model}/dataset_info.json"
+    # a dpo round's (correct, incorrect) pairs (TRL's conversational prompt / chosen / rejected), their counts, and
+    # the same pairs for LLaMA-Factory (pairwise Alpaca with its dataset_info.json)
+    preference_pairs: str = "dpo/{model}/pairs.jsonl"
+    preference_stats: str = "dpo/{model}/stats.json"
+    preference_pairwise: str = "dpo/{model}/pairwise.json"
+    preference_dataset_info: str = "dpo/{model}/dataset_info.json"
+    # a grpo round's train problems (pass-rate filtered) and their counts
+    rl_problems: str = "grpo/{model}/problems.jsonl"
+    rl_stats: str = "grpo/{model}/stats.json"
     # problem synthesis, per round and train benchmark: the writer's sources, the parsed and filtered new problems,
     # the labelled split, and what was dropped and why
     synthesis_sources: str = f"data/{{benchmark}}/{SYNTHESIS_SPLIT}-sources.jsonl"

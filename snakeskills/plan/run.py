@@ -11,7 +11,7 @@ from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
-from snakeskills.plan.training import TrainingPlan
+from snakeskills.plan.training import TrainingPlan, tuned_model_name, tuned_model_parts
 from snakeskills.prompts import resolve_prompt
 
 
@@ -22,10 +22,14 @@ class Plan:
         self.config = config
         self.layout = layout
         self.base_model: str = config["model"]["name"]
-        self.tuned_models = [f"round{r}" for r in range(1, config["rounds"] + 1)]
+        self.methods: list[str] = list(config["methods"])
+        # each training method's rounds, one chain per method from the same base model, in config order
+        self.tuned_models = [
+            tuned_model_name(method, r) for method in self.methods for r in range(1, config["rounds"] + 1)
+        ]
         self.models = [self.base_model, *self.tuned_models]
         self.benchmarks = list(config["benchmarks"])
-        self.training = TrainingPlan(config, layout)
+        self.trainings = {method: TrainingPlan(config, layout, method) for method in self.methods}
         self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
         own_writer = self.synthesis.own_writer if self.synthesis is not None else None
@@ -36,23 +40,55 @@ class Plan:
         self.eval_models = self.models + ([evaluated_teacher] if evaluated_teacher else [])
         self.evaluated_teacher = evaluated_teacher
         # the plots of `snakemake --report`
-        self.report_plots = ["pass_at_1", "gains", "pass_at_k", "generation_lengths", "sft_examples"] + (
-            ["synthesis_funnel"] if self.synthesis is not None else []
-        )
+        self.report_plots = [
+            "pass_at_1",
+            "gains",
+            "pass_at_k",
+            "generation_lengths",
+            "sft_examples",
+            "training_curves",
+        ] + (["synthesis_funnel"] if self.synthesis is not None else [])
 
     # ---- models and rounds
 
     def parent_model(self, model: str) -> str:
-        """The model ``model`` was trained after: the base model for round1, else the previous round."""
-        round_number = int(model.removeprefix("round"))
-        return self.base_model if round_number == 1 else f"round{round_number - 1}"
+        """The model ``model`` was trained after: the base model for a method's round 1, else the same method's
+        previous round."""
+        method, round_number = self.tuned_parts(model)
+        return self.base_model if round_number == 1 else tuned_model_name(method, round_number - 1)
+
+    @staticmethod
+    def tuned_parts(model: str) -> tuple[str, int]:
+        """(training method, round) of a tuned model."""
+        parts = tuned_model_parts(model)
+        if parts is None:
+            raise ValueError(f"{model!r} is not a tuned model's name")
+        return parts
+
+    def method_models(self, method: str) -> list[str]:
+        """``method``'s rounds, in order (none when ``methods`` does not list it)."""
+        return [model for model in self.tuned_models if self.tuned_parts(model)[0] == method]
+
+    def training_for(self, model: str) -> TrainingPlan:
+        """The training plan of a tuned model's method."""
+        return self.trainings[self.tuned_parts(model)[0]]
+
+    def training_output(self, method: str) -> str:
+        """The pattern of what ``method``'s rounds write (an adapter or a checkpoint); the adapter's for a method
+        the run does not list (its rule then plans no job)."""
+        return self.trainings[method].output if method in self.trainings else self.layout.adapter
+
+    def training_outputs(self) -> list[str]:
+        """Every tuned model's adapter or checkpoint, in ``tuned_models`` order."""
+        return [self.training_for(model).output.format(model=model) for model in self.tuned_models]
 
     def sft_data_models(self, model: str) -> list[str]:
         """Models whose judged train generations feed ``model``'s SFT data (sft.rounds_data, teacher.later_rounds).
 
         replace: the previous round's only; accumulate: the base model's and every earlier round's. With a
         teacher, the teacher takes the base model's place (``TeacherPlan.sft_data_models``)."""
-        student = self.models[: self.models.index(model)]
+        chain = [self.base_model, *self.method_models("sft")]
+        student = chain[: chain.index(model)]
         if self.config["sft"]["rounds_data"] == "replace":
             student = student[-1:]
         if self.teacher is None:
@@ -62,9 +98,11 @@ class Plan:
     def train_sampled_models(self) -> list[str]:
         """Every model that samples the train split: those whose generations feed some round's SFT data, and those
         whose failures seed problem synthesis."""
-        feeding = [source for model in self.tuned_models for source, _, _ in self.sft_judged_runs(model)]
+        feeding = [source for model in self.method_models("sft") for source, _, _ in self.sft_judged_runs(model)]
+        # dpo pairs and grpo problems come from the previous model's judged train samples
+        parents = [self.parent_model(model) for model in self.tuned_models if self.tuned_parts(model)[0] != "sft"]
         feedback = self.synthesis.failure_feedback_models() if self.synthesis is not None else []
-        return list(dict.fromkeys([*feeding, *feedback]))
+        return list(dict.fromkeys([*feeding, *parents, *feedback]))
 
     def seeds(self, model: str, split: str) -> list[int]:
         """Random seeds a model samples a split with: train_num_seeds (teacher.train_num_seeds for the teacher)
@@ -138,8 +176,8 @@ class Plan:
         a served model's own (teacher.model.path, synthesis.model.path; none for an openai server)."""
         if model in self.served_models:
             return self.sampling_section(model)["model"]["path"]
-        if model != self.base_model and self.training.full:
-            return self.training.tuned_checkpoint(model)
+        if model != self.base_model and self.training_for(model).full:
+            return self.training_for(model).tuned_checkpoint(model)
         return self.base_model_folder()
 
     def generation_adapter_path(self, model: str) -> str | None:
@@ -147,15 +185,15 @@ class Plan:
         model, or full fine-tunes."""
         if model == self.base_model or model in self.served_models:
             return None
-        return self.training.tuned_adapter(model)
+        return self.training_for(model).tuned_adapter(model)
 
     def generation_model_inputs(self, model: str) -> list[str]:
         """The files a model's generation loads: base model, base + adapter (lora) or the round's checkpoint
         (full); none for a served model (a local folder or a server)."""
         if model in self.served_models:
             return []
-        if model != self.base_model and self.training.full:
-            return [self.training.tuned_checkpoint(model)]
+        if model != self.base_model and self.training_for(model).full:
+            return [self.training_for(model).tuned_checkpoint(model)]
         adapter = self.generation_adapter_path(model)
         return self.base_model_inputs() + ([] if adapter is None else [adapter])
 
@@ -184,7 +222,7 @@ class Plan:
         """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
         adapter (lora) or checkpoint (full); none otherwise (training starts from the base model)."""
         parent = self.parent_model(model)
-        return self.training.init(None if parent == self.base_model else parent)
+        return self.training_for(model).init(None if parent == self.base_model else parent)
 
     # ---- jobs: GPUs and envs
 
@@ -222,8 +260,11 @@ class Plan:
             "llm_judge", sampling_job_resources(llm["model"], llm["generation"], self.config), self.config
         )
 
-    def training_resources(self) -> dict:
-        return with_overrides("sft", training_job_resources(self.config), self.config)
+    def training_resources(self, method: str) -> dict:
+        """``mem_mb`` and ``runtime`` of ``method``'s training jobs (resources.<method>)."""
+        if method not in self.trainings:  # no job is planned
+            return dict(UNKNOWN)
+        return with_overrides(method, training_job_resources(self.config, method), self.config)
 
     def llm_judge_env(self) -> str:
         return backend_spec(self.llm_judge_generation()).conda_env
@@ -319,7 +360,30 @@ class Plan:
         ]
 
     def sft_stats_files(self) -> list[str]:
-        return [self.layout.sft_stats.format(model=model) for model in self.tuned_models]
+        return [self.layout.sft_stats.format(model=model) for model in self.method_models("sft")]
+
+    def training_data_stats(self, model: str) -> str:
+        """What a tuned model's training data counted: its SFT examples, DPO pairs or GRPO problems (stats.json)."""
+        pattern = {"sft": self.layout.sft_stats, "dpo": self.layout.preference_stats, "grpo": self.layout.rl_stats}
+        return pattern[self.tuned_parts(model)[0]].format(model=model)
+
+    def method_comparisons(self) -> list[tuple[str, str]]:
+        """(model, other) pairs of the same round trained by different methods, each later method against each
+        earlier one in ``methods`` order (a paired comparison on the eval split)."""
+        pairs = []
+        for round_number in range(1, self.config["rounds"] + 1):
+            models = [tuned_model_name(method, round_number) for method in self.methods]
+            pairs += [(model, other) for index, model in enumerate(models) for other in models[:index]]
+        return pairs
+
+    def previous_model_train_files(self, model: str) -> list[tuple[str, str]]:
+        """(benchmark, judged file) of the previous model's train-split samples a dpo or grpo round starts from."""
+        parent, split = self.parent_model(model), self.config["train_split"]
+        return [
+            (benchmark, self.layout.judged.format(model=parent, benchmark=benchmark, split=split, seed=seed))
+            for benchmark in self.config["train_benchmarks"]
+            for seed in self.seeds(parent, split)
+        ]
 
     def funnel_tables(self) -> list[str]:
         """The synthesis funnel table the comparison text ends with (none without synthesis)."""
@@ -336,7 +400,7 @@ class Plan:
             for benchmark in self.config["train_benchmarks"]
         ]
         plots = [layout.plot.format(plot=plot) for plot in self.report_plots]
-        tuned = [self.training.output.format(model=model) for model in self.tuned_models]
+        tuned = self.training_outputs()
         funnel = self.synthesis.targets() if self.synthesis is not None else []
         return [
             layout.summary,
@@ -344,6 +408,6 @@ class Plan:
             *train_metrics,
             *plots,
             *tuned,
-            *self.training.merged(self.tuned_models),
+            *(self.trainings["sft"].merged(self.method_models("sft")) if "sft" in self.trainings else []),
             *funnel,
         ]

@@ -8,8 +8,10 @@ from snakeskills.errors import SnakeskillsError
 
 
 def check_model_name(name: str, key: str) -> None:
-    if name.startswith("round"):
-        raise SnakeskillsError(f"config key {key} must not start with 'round' (reserved for tuned models)")
+    if name.startswith(("round", "dpo-round", "grpo-round")):
+        raise SnakeskillsError(
+            f"config key {key} must not start with 'round', 'dpo-round' or 'grpo-round' (reserved for tuned models)"
+        )
 
 
 def check_regex(pattern: str | None, key: str) -> None:

@@ -1,0 +1,20 @@
+from snakeskills.preference import write_pairwise_exports, write_preference_pairs
+from snakeskills.workflow import script_logging
+
+with script_logging(snakemake.log[0]) as logger:
+    counts = write_preference_pairs(
+        list(snakemake.input),
+        snakemake.params.benchmarks,
+        snakemake.params.prompts,
+        snakemake.params.pairs,
+        snakemake.params.pass_rate,
+        snakemake.output.pairs,
+        snakemake.output.stats,
+    )
+    write_pairwise_exports(
+        snakemake.output.pairs,
+        pairwise_path=snakemake.output.pairwise,
+        dataset_info_path=snakemake.output.dataset_info,
+        dataset_name=snakemake.params.dataset_name,
+    )
+    logger.info("%d DPO pairs from %d problems", counts["pairs"], counts["problems_paired"])

@@ -1,0 +1,69 @@
+"""Training methods side by side: each tuned model's training cost (the data it trained on, optimizer steps, wall
+time; GRPO's sampled completions) and the paired comparison of rounds of the same number trained by different
+methods from the same base model (``paired.compare``: the same problems, the same bootstrap draws)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakeskills.io import read_json
+from snakeskills.metrics import aligned_rows
+from snakeskills.paired import compare
+from snakeskills.paired import describe as describe_paired
+
+# the key of a model's training cost in eval/summary.json, and of its paired comparison with another method's round
+TRAINING_COST = "training/cost"
+PAIRED_GAIN_OVER = "paired_gain_over"
+
+# what each method's stats.json calls its training data and the problems it covers
+_DATA = {
+    "sft": ("kept", "problems_covered"),
+    "dpo": ("pairs", "problems_paired"),
+    "grpo": (None, "problems_in_pass_rate"),
+}
+
+
+def training_cost(method: str, round_number: int, tuned_folder: str | Path, stats_path: str | Path) -> dict:
+    """A tuned model's cost: its method and round, the examples it trained on (SFT examples, DPO pairs, GRPO
+    problems), the problems they cover, optimizer steps, the trainer's wall time (seconds) and, for GRPO, the
+    completions it sampled while training."""
+    metrics = read_json(Path(tuned_folder) / "training_metrics.json")
+    stats = read_json(stats_path)
+    data_key, problems_key = _DATA[method]
+    cost = {
+        "method": method,
+        "round": round_number,
+        "examples": stats[data_key] if data_key else metrics.get("num_examples"),
+        "problems": stats.get(problems_key),
+        "optimizer_steps": metrics.get("global_step"),
+        "wall_seconds": round(float(metrics.get("train_runtime", 0.0)), 1),
+    }
+    if method == "grpo":
+        cost["completions_sampled"] = metrics.get("completions_sampled")
+    return cost
+
+
+def format_costs(costs: dict[str, dict]) -> str:
+    """The costs as a table, one row per tuned model (empty without tuned models)."""
+    if not costs:
+        return ""
+    columns = ["method", "round", "examples", "problems", "optimizer_steps", "wall_seconds", "completions_sampled"]
+    rows = [["model", *columns]]
+    for model, cost in costs.items():
+        rows.append([model, *("" if cost.get(column) is None else str(cost[column]) for column in columns)])
+    note = "examples: SFT examples, DPO pairs or GRPO problems; wall_seconds: the training job's trainer"
+    return "\ntraining cost by model (" + note + ")\n" + "\n".join(aligned_rows(rows, rule_under_header=True)) + "\n"
+
+
+def compare_methods(pairs: list[tuple[str, str]], benchmarks: list[str], problems: dict, summary: dict) -> list[str]:
+    """Each (model, other) pair's paired comparison on each benchmark, stored in ``summary[model]`` under
+    ``"<benchmark>/paired_gain_over/<other>"``; returns the lines for the comparison text."""
+    lines = []
+    for model, other in pairs:
+        for benchmark in benchmarks:
+            entry, _ = compare(model, other, benchmark, problems[other, benchmark], problems[model, benchmark])
+            summary[model][f"{benchmark}/{PAIRED_GAIN_OVER}/{other}"] = entry
+            lines.append(
+                f"{model} vs {other} on {benchmark}: {entry['gain']:+.2f} points\n  {describe_paired(model, entry)}"
+            )
+    return lines
