@@ -467,7 +467,8 @@ def test_training_gpus_and_processes():
     assert training_gpus(four, True) == 4 and training_processes(four, True) == 4, "one process per GPU"
     two_cpu = checked(lambda config: config["sft"].update(processes=2))
     assert training_processes(two_cpu, False) == 2, "CPU processes"
-    assert plan_of(lambda config: config["sft"].update(processes=2)).training.training_config(False)["processes"] == 2
+    two = plan_of(lambda config: config["sft"].update(processes=2))
+    assert two.trainings["sft"].training_config(False)["processes"] == 2
 
 
 def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tiny_checkpoint):

@@ -28,7 +28,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.sft import llamafactory_dataset_info, to_alpaca, write_sft_exports
 
 EXAMPLES = REPO / "config" / "examples"
-PLOTS = ("pass_at_1", "gains", "pass_at_k", "generation_lengths", "sft_examples")
+PLOTS = ("pass_at_1", "gains", "pass_at_k", "generation_lengths", "sft_examples", "training_curves")
 
 
 def rounds_config(tmp_path, *, rounds=2, rounds_data="replace", init="base", method="lora", name="config.yaml"):
@@ -195,6 +195,18 @@ def test_plots_are_written_as_png(tmp_path):
     report.plot_gains({**SUMMARY, "round1": {**SUMMARY["round1"], "math/paired_gain": paired}}, outputs["gains"])
     report.plot_generation_lengths(lengths, outputs["generation_lengths"])
     report.plot_sft_examples(stats, outputs["sft_examples"])
+    histories = {
+        "round1": [{"step": step, "loss": 1 / step} for step in (20, 40, 60)],
+        "dpo-round1": [{"step": step, "loss": 0.6, "rewards/accuracies": 0.5 + step / 100} for step in (1, 2, 3)],
+        "grpo-round1": [{"step": step, "reward": 0.2 + step / 10} for step in (1, 2, 3)],
+    }
+    methods = {"round1": "sft", "dpo-round1": "dpo", "grpo-round1": "grpo"}
+    report.plot_training_curves(histories, methods, outputs["training_curves"])
+    assert report.training_curve("dpo", histories["dpo-round1"]) == (
+        "preference accuracy",
+        [(1, 0.51), (2, 0.52), (3, 0.53)],
+    )
+    assert report.training_curve("sft", []) == ("training loss", [])
     for path in outputs.values():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*.tmp")), "plots are written atomically"

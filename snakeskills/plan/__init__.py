@@ -9,7 +9,7 @@ testable without Snakemake (tests/test_plan.py). ``rules/common.smk`` calls them
 - ``resources``: the training job's GPUs and processes;
 - ``layout``: every file the workflow writes, and the synthesized splits' names;
 - ``run``: ``Plan``, the decisions of one run; each optional feature a plan object of its own, absent when off:
-  ``teacher`` (``TeacherPlan``), ``synthesis`` (``SynthesisPlan``); ``training`` (``TrainingPlan``): the training
-  method's;
+  ``teacher`` (``TeacherPlan``), ``synthesis`` (``SynthesisPlan``); ``training`` (``TrainingPlan``, one per training
+  method in ``methods``: sft, dpo, grpo, their rounds' names and checks);
 - ``reference``: docs/configuration.md, written from the schema.
 """

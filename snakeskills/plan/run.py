@@ -1,7 +1,7 @@
 """The plan of one run: which models exist, which samples feed each round's training, how many seeds each model
 draws on each split, what each generate job runs with, and which files each step reads. Each optional feature has
 a plan object of its own, ``None`` when the feature is off: ``teacher`` (``TeacherPlan``) and ``synthesis``
-(``SynthesisPlan``); the training method's decisions are ``training`` (``TrainingPlan``)."""
+(``SynthesisPlan``); each training method's decisions are ``trainings[method]`` (``TrainingPlan``)."""
 
 from __future__ import annotations
 
