@@ -150,6 +150,14 @@ def sft_judged_files(wildcards):
     return PLAN.sft_judged_files(wildcards.model)
 
 
+def sft_filters():
+    """sft.filters, with sft.pass_rate as its pass_rate where it leaves out problems (a run with the default keeps the
+    value it always had, so its SFT data is not made again)."""
+    bounds = config["sft"]["pass_rate"]
+    every_problem = bounds["min"] == 0 and bounds["max"] == 1
+    return config["sft"]["filters"] if every_problem else {**config["sft"]["filters"], "pass_rate": bounds}
+
+
 def sft_data_sources(wildcards):
     return [source for source, _, _ in PLAN.sft_judged_sources(wildcards.model)]
 
@@ -167,7 +175,7 @@ def sft_dataset_name(wildcards):
 
 def training_init(wildcards):
     """What a round's training continues from (init continue): the same method's previous round's output."""
-    return PLAN.sft_init(wildcards.model)
+    return PLAN.training_init(wildcards.model)
 
 
 def training_job_gpus(wildcards):

@@ -8,8 +8,7 @@ rule sft_data:
         dataset_info=LAYOUT.sft_dataset_info,
     params:
         prompts=sft_prompts,
-        filters=config["sft"]["filters"],
-        pass_rate=config["sft"]["pass_rate"],
+        filters=sft_filters(),
         sources=sft_data_sources,
         dataset_name=sft_dataset_name,
     log:

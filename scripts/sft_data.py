@@ -10,7 +10,6 @@ with script_logging(snakemake.log[0]) as logger:
         snakemake.params.filters,
         snakemake.output.data,
         snakemake.output.stats,
-        snakemake.params.pass_rate,
     )
     write_sft_exports(
         snakemake.output.data,

@@ -131,8 +131,9 @@ def select_sft_records(
     return records, counts
 
 
-def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stats_path, pass_rate=None) -> dict:
-    records, counts = select_sft_records(judged_paths, sources, prompts, filters, pass_rate)
+def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stats_path) -> dict:
+    """The SFT data of ``filters`` (sft.filters; its ``pass_rate``, sft.pass_rate, where the plan gives one)."""
+    records, counts = select_sft_records(judged_paths, sources, prompts, filters, filters.get("pass_rate"))
     if not records and counts.get("unfinished_thinking") == counts["judged"]:
         raise SnakeskillsError(
             f"no SFT examples: none of the {counts['judged']} generations ended its thinking, so none has an "

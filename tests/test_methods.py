@@ -81,8 +81,8 @@ def test_lora_or_full_and_init_per_method():
     assert plan.generation_model_inputs("dpo-round2") == [
         "results/tiny-arithmetic-methods/models/dpo-round2/checkpoint"
     ]
-    assert plan.sft_init("dpo-round2") == ["results/tiny-arithmetic-methods/models/dpo-round1/checkpoint"]
-    assert plan.sft_init("grpo-round2") == [], "grpo.init stays base"
+    assert plan.training_init("dpo-round2") == ["results/tiny-arithmetic-methods/models/dpo-round1/checkpoint"]
+    assert plan.training_init("grpo-round2") == [], "grpo.init stays base"
     assert plan.generation_adapter_path("grpo-round1") == "results/tiny-arithmetic-methods/models/grpo-round1/adapter"
     settings = plan.training_for("grpo-round1").training_config(gpus_available=False)
     assert settings["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 12}

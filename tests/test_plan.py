@@ -351,9 +351,9 @@ def test_replace_reads_the_previous_round_and_accumulate_all_before():
 
 def test_continue_trains_from_the_previous_adapter_or_checkpoint():
     fresh = plan_of(rounds=3)
-    assert [fresh.sft_init(model) for model in fresh.tuned_models] == [[], [], []]
+    assert [fresh.training_init(model) for model in fresh.tuned_models] == [[], [], []]
     continued = plan_of(lambda config: config["sft"].update(init="continue"), rounds=3)
-    assert [continued.sft_init(model) for model in continued.tuned_models] == [
+    assert [continued.training_init(model) for model in continued.tuned_models] == [
         [],
         ["results/tiny-arithmetic/models/round1/adapter"],
         ["results/tiny-arithmetic/models/round2/adapter"],
@@ -364,7 +364,7 @@ def test_continue_trains_from_the_previous_adapter_or_checkpoint():
         "results/tiny-arithmetic/models/round2/adapter",
     ]
     full = plan_of(lambda config: config["sft"].update(init="continue", method="full"), rounds=3)
-    assert full.sft_init("round3") == ["results/tiny-arithmetic/models/round2/checkpoint"]
+    assert full.training_init("round3") == ["results/tiny-arithmetic/models/round2/checkpoint"]
     for model in full.tuned_models:
         checkpoint = f"results/tiny-arithmetic/models/{model}/checkpoint"
         assert full.generation_model_inputs(model) == [checkpoint]

@@ -218,7 +218,7 @@ class Plan:
         llm = self.config["judge"]["llm"]
         return None if llm is None else {"llm": llm, "prompt": resolve_prompt(llm["prompt"])}
 
-    def sft_init(self, model: str) -> list[str]:
+    def training_init(self, model: str) -> list[str]:
         """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
         adapter (lora) or checkpoint (full); none otherwise (training starts from the base model)."""
         parent = self.parent_model(model)

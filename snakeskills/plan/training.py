@@ -73,14 +73,14 @@ class TrainingPlan:
         """The settings that decide how a round is trained (data choice and filters act through its input).
 
         The processes count too: each process draws its own share of every batch, so the weights differ."""
-        keys = {
-            "sft": ("seed", "training"),
-            "dpo": ("seed", "training", "beta", "loss", "nll_weight"),
-            "grpo": ("seed", "training", "num_generations", "beta", "loss", "rewards", "vllm_mode"),
+        # sft's keys in the order they always had: a params value that reads differently would rerun finished rounds
+        keys = ("seed", "training") if self.full else ("seed", "lora", "training")
+        keys += {
+            "sft": (),
+            "dpo": ("beta", "loss", "nll_weight"),
+            "grpo": ("num_generations", "beta", "loss", "rewards", "vllm_mode"),
         }[self.name]
         settings = {key: self.section[key] for key in keys}
-        if not self.full:
-            settings["lora"] = self.section["lora"]
         if self.name == "grpo":
             settings["sampling"] = self.grpo_sampling()
         return {
