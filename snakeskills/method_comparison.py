@@ -38,6 +38,8 @@ def training_cost(method: str, round_number: int, tuned_folder: str | Path, stat
         "optimizer_steps": metrics.get("global_step"),
         "wall_seconds": round(float(metrics.get("train_runtime", 0.0)), 1),
     }
+    if "problems_in_pass_rate" in stats:  # dpo, grpo: the problems the pass-rate filter kept, of all
+        cost["in_pass_rate"] = f"{stats['problems_in_pass_rate']}/{stats['problems']}"
     if method == "grpo":
         cost["completions_sampled"] = metrics.get("completions_sampled")
     return cost
@@ -47,11 +49,15 @@ def format_costs(costs: dict[str, dict]) -> str:
     """The costs as a table, one row per tuned model (empty without tuned models)."""
     if not costs:
         return ""
-    columns = ["method", "round", "examples", "problems", "optimizer_steps", "wall_seconds", "completions_sampled"]
+    columns = ["method", "round", "examples", "problems", "in_pass_rate", "optimizer_steps", "wall_seconds"]
+    columns.append("completions_sampled")
     rows = [["model", *columns]]
     for model, cost in costs.items():
         rows.append([model, *("" if cost.get(column) is None else str(cost[column]) for column in columns)])
-    note = "examples: SFT examples, DPO pairs or GRPO problems; wall_seconds: the training job's trainer"
+    note = (
+        "examples: SFT examples, DPO pairs or GRPO problems; in_pass_rate: train problems the pass-rate filter "
+        "kept; wall_seconds: the training job's trainer"
+    )
     return "\ntraining cost by model (" + note + ")\n" + "\n".join(aligned_rows(rows, rule_under_header=True)) + "\n"
 
 

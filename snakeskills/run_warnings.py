@@ -1,7 +1,8 @@
 """Warnings where a run is weak: one line each, in the job's log and gathered at the end of the eval comparison.
 
 What is checked (thresholds in the config's ``warnings`` section):
-- a round trained on too few SFT examples, from too few problems, or in too few optimizer steps;
+- a round trained on too few SFT examples, from too few problems, or in too few optimizer steps; a dpo or grpo
+  round on too few pairs or problems, or in too few optimizer steps;
 - a model whose samples on a benchmark hit ``max_new_tokens`` (truncated) or give no answer too often;
 - a built tiny model whose bootstrap missed its target (``tiny_model.bootstrap_miss`` words that one).
 """
@@ -38,6 +39,33 @@ def sft_warnings(model: str, stats: dict, training: dict, thresholds: dict) -> l
         f"{WARNING}{model} trains on {examples} SFT examples of {problems} problems ({stats['judged']} samples judged),"
         f" {steps} optimizer steps: too few: " + "; ".join(weak) + ". Sample more seeds or problems (train_num_seeds),"
         " or train a stronger or longer-bootstrapped base model"
+    ]
+
+
+# what a dpo or grpo round's examples are (training cost's "examples")
+_EXAMPLES = {"dpo": "DPO pairs", "grpo": "GRPO problems"}
+
+
+def training_warnings(model: str, cost: dict, thresholds: dict) -> list[str]:
+    """A dpo or grpo round's warning, from its training cost (``method_comparison.training_cost``): too few pairs or
+    problems (warnings.min_sft_examples, min_sft_problems) or optimizer steps (min_optimizer_steps)."""
+    examples, problems, steps = cost["examples"], cost["problems"], cost["optimizer_steps"]
+    weak = []
+    if cost["method"] == "dpo" and examples < thresholds["min_sft_examples"]:
+        weak.append(f"{examples} pairs (warnings.min_sft_examples {thresholds['min_sft_examples']})")
+    if problems < thresholds["min_sft_problems"]:
+        weak.append(f"{problems} problems (warnings.min_sft_problems {thresholds['min_sft_problems']})")
+    if steps < thresholds["min_optimizer_steps"]:
+        weak.append(f"{steps} optimizer steps (warnings.min_optimizer_steps {thresholds['min_optimizer_steps']})")
+    if not weak:
+        return []
+    hint = {
+        "dpo": "a pair needs a problem with both a correct and an incorrect sample: sample more seeds",
+        "grpo": "a problem needs a pass rate inside grpo.pass_rate: sample more seeds, or widen the range",
+    }[cost["method"]]
+    return [
+        f"{WARNING}{model} trains on {examples} {_EXAMPLES[cost['method']]} of {problems} problems in {steps} optimizer"
+        f" steps: too few: " + "; ".join(weak) + f". {hint} (its stats.json counts why problems were left out)"
     ]
 
 

@@ -29,7 +29,7 @@ from snakeskills.named_metrics import compute_named_metrics, format_metric, is_n
 from snakeskills.paired import FLIPS_HEADER, PAIRED_GAIN, problem_score_rows
 from snakeskills.paired import compare as compare_paired
 from snakeskills.paired import describe as describe_paired
-from snakeskills.run_warnings import format_warnings, metrics_warnings, sft_warnings
+from snakeskills.run_warnings import format_warnings, metrics_warnings, sft_warnings, training_warnings
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
@@ -401,6 +401,9 @@ def write_comparison(
     if thresholds is not None:
         for model, path in (sft_stats or {}).items():
             warnings += sft_warnings(model, read_json(path), training, thresholds)
+        for model, cost in (training_costs or {}).items():
+            if cost["method"] != "sft":
+                warnings += training_warnings(model, cost, thresholds)
         for model, benchmark in runs:
             warnings += metrics_warnings(model, benchmark, "eval split", summary[model][benchmark], thresholds)
     table += format_warnings(warnings)

@@ -95,3 +95,78 @@ def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
     summary = json.loads((results / "eval/summary.json").read_text())
     accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
     assert accuracy["round1"] >= accuracy["base"] + 10, accuracy
+
+
+@pytest.mark.slow
+def test_dpo_fully_fine_tunes_in_two_cpu_processes_and_grpo_in_one(tiny_checkpoint, tmp_path):
+    """DPO and GRPO take the same paths as SFT: full fine-tuning (a frozen copy is DPO's reference), several
+    processes under accelerate, a checkpoint every backend loads."""
+    from snakeskills.grpo import train_grpo
+    from snakeskills.plan.config import default_config
+    from snakeskills.plan.sections import benchmark_judge
+    from snakeskills.training import launch_training
+
+    prompt = [{"role": "user", "content": "3+4="}]
+    pairs = [
+        {"id": f"p{i}", "prompt": prompt, "chosen": [{"role": "assistant", "content": "7"}]}
+        | {"rejected": [{"role": "assistant", "content": str(i % 7)}]}
+        for i in range(32)
+    ]
+    write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    common = {
+        "method": "full",
+        "base_model_path": str(tiny_checkpoint),
+        "lora": None,
+        "chat_template": False,
+        "chat_template_kwargs": {},
+        "seed": 0,
+        "threads": 1,
+        "dtype": "auto",
+        "trust_remote_code": False,
+    }
+    dpo = {
+        **common,
+        "pairs_path": str(tmp_path / "pairs.jsonl"),
+        "output_dir": str(tmp_path / "dpo-round1" / "checkpoint"),
+        "training": training_section(num_epochs=4, learning_rate=1e-2, batch_size=8, max_length=16),
+        "beta": 0.1,
+        "loss": "sigmoid",
+        "nll_weight": 1.0,
+    }
+    log = tmp_path / "dpo.log"
+    metrics = launch_training("snakeskills.dpo", dpo, processes=2, log_path=log)
+    assert metrics["processes"] == 2 and metrics["global_step"] == 16 and metrics["training_method"] == "dpo"
+    assert log.read_text().count("fully fine-tuning") == 2, "both processes trained"
+    assert any("rewards/accuracies" in entry for entry in metrics["log_history"])
+    backend = hf_backend(str(tmp_path / "dpo-round1" / "checkpoint"), device="cpu", batch_size=4)
+    requests = [build_request(backend, resolved_prompt(user="{problem}="), {"problem": "3+4"}, 0)]
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=1)
+    assert [result.generation for result in backend.generate(requests, greedy)] == ["7"], "it prefers the answer"
+
+    write_jsonl(
+        tmp_path / "problems.jsonl",
+        [
+            {"id": f"p{i}", "problem": f"{i}+1", "expected_answer": str(i + 1), "benchmark": "add", "prompt": prompt}
+            for i in range(8)
+        ],
+    )
+    grpo = train_grpo(
+        **common,
+        problems_path=str(tmp_path / "problems.jsonl"),
+        output_dir=str(tmp_path / "grpo-round1" / "checkpoint"),
+        training={"num_epochs": 1, "max_steps": 2, "learning_rate": 1e-3, "batch_size": 8, "weight_decay": 0.0}
+        | {"warmup_steps": 0.0, "checkpoint_steps": 0, "gradient_accumulation_steps": 1}
+        | {"gradient_checkpointing": False, "bf16": "auto"},
+        num_generations=4,
+        beta=0.04,
+        loss="dapo",
+        sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 4},
+        rewards={"correct": 1.0, "answer_format": 0.5, "length": -0.1},
+        judges={"add": {**benchmark_judge(default_config(), "arithmetic"), "regex": "(\\d+)"}},
+        reasoning={"parse_reasoning": False, "end_reasoning_string": "</think>"},
+        vllm_mode=None,
+    )
+    assert grpo["global_step"] == 2 and grpo["completions_sampled"] == 16
+    rewards = [entry for entry in grpo["log_history"] if "reward" in entry]
+    assert len(rewards) == 2 and all("rewards/answer_format/mean" in entry for entry in rewards)
+    assert (tmp_path / "grpo-round1" / "checkpoint" / "config.json").exists()

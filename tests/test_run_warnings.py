@@ -7,7 +7,13 @@ import subprocess
 import sys
 
 from snakeskills.plan.config import default_config
-from snakeskills.run_warnings import format_warnings, metrics_warnings, optimizer_steps, sft_warnings
+from snakeskills.run_warnings import (
+    format_warnings,
+    metrics_warnings,
+    optimizer_steps,
+    sft_warnings,
+    training_warnings,
+)
 
 THRESHOLDS = default_config()["warnings"]
 TRAINING = {"num_epochs": 1, "batch_size": 4}
@@ -41,6 +47,20 @@ def test_a_round_with_few_examples_warns_once_naming_each_shortfall():
     assert (
         sft_warnings("round1", stats, TRAINING, {**THRESHOLDS, "min_sft_examples": 0, "min_optimizer_steps": 0}) == []
     )
+
+
+def test_a_dpo_or_grpo_round_on_little_data_warns():
+    # what a SmolLM2 run on 2-digit subtraction, a task it almost never solves, trained on
+    dpo = {"method": "dpo", "round": 1, "examples": 14, "problems": 5, "optimizer_steps": 2, "wall_seconds": 9.0}
+    (line,) = training_warnings("dpo-round1", dpo, THRESHOLDS)
+    assert line.startswith("warning: dpo-round1 trains on 14 DPO pairs of 5 problems in 2 optimizer steps: too few")
+    assert "14 pairs (warnings.min_sft_examples 32)" in line and "sample more seeds" in line
+    grpo = {**dpo, "method": "grpo", "examples": 6, "problems": 6}
+    (line,) = training_warnings("grpo-round1", grpo, THRESHOLDS)
+    assert "6 GRPO problems of 6 problems" in line and "min_sft_examples" not in line, "problems, not pairs"
+    assert "widen the range" in line
+    enough = {**dpo, "examples": 4773, "problems": 2423, "optimizer_steps": 300}
+    assert training_warnings("dpo-round1", enough, THRESHOLDS) == []
 
 
 def test_truncated_and_unanswered_shares_over_their_thresholds_warn():
