@@ -17,7 +17,12 @@ from dataset_fixtures import WRITERS
 from snakeskills.data.specs import load_preset
 from snakeskills.prompts import load_template_file, template_path
 
-EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))
+# the examples on a real model's folder (the tiny-model example's DAG and run: tests/test_methods.py)
+EXAMPLES = [
+    path
+    for path in sorted((REPO / "config" / "examples").glob("*.yaml"))
+    if not yaml.safe_load(path.read_text())["model"].get("build_tiny")
+]
 
 
 def local_folders_for(config: dict, workdir, checkpoint) -> None:
