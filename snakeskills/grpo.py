@@ -34,13 +34,14 @@ class JudgeRewards:
     def __init__(self, judges: dict[str, dict], reasoning: dict, max_new_tokens: int, num_workers: int):
         self.judges, self.reasoning = judges, reasoning
         self.max_new_tokens, self.num_workers = max_new_tokens, num_workers
-        self._batch: tuple[int, list[dict]] | None = None
+        # the last batch's completions (held, so that no other list can take their identity) and verdicts
+        self._batch: tuple[list[str], list[dict]] | None = None
 
     def judged(self, completions: list[str], rows: list[str]) -> list[dict]:
         """The batch's records judged (once per batch: every term reads the same verdicts)."""
         from snakeskills.judge import judge_records
 
-        if self._batch is not None and self._batch[0] == id(completions):
+        if self._batch is not None and self._batch[0] is completions:
             return self._batch[1]
         records = [
             {**json.loads(row), **text_fields(completion, "generation", self.reasoning)}
@@ -56,7 +57,7 @@ class JudgeRewards:
         missing = [records[i]["benchmark"] for i, record in enumerate(judged) if record is None]
         if missing:
             raise SnakeskillsError(f"no judge for benchmark {missing[0]!r} of a GRPO problem")
-        self._batch = (id(completions), judged)
+        self._batch = (completions, judged)
         return judged
 
     def functions(self) -> list:
