@@ -217,3 +217,13 @@ def test_reward_runs_code_answers_in_the_sandbox(bubblewrap):
     rewards = rewards_of(judge, [row] * 4, completions)
     assert rewards["correct"] == [1.0, 0.0, 0.0, 0.0]
     assert rewards["answer_format"] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_each_batch_is_judged_anew():
+    judge = benchmark_judge(default_config(), "arithmetic")
+    reward = JudgeRewards({"bench": judge}, {"parse_reasoning": False}, max_new_tokens=8, num_workers=1)
+    correct = reward.functions()[0]
+    row = [json.dumps({"id": "1", "problem": "1+1", "expected_answer": "2", "benchmark": "bench"})]
+    for _ in range(3):  # new lists each time, as the trainer makes them: none is served another's verdicts
+        assert correct(prompts=[""], completions=["\\boxed{2}"], completion_ids=[[0]], row=row) == [1.0]
+        assert correct(prompts=[""], completions=["\\boxed{3}"], completion_ids=[[0]], row=row) == [0.0]
