@@ -86,14 +86,13 @@ def train_dpo(
     import torch
     from trl import DPOConfig
 
+    from snakeskills.checkpoints import claim_checkpoints, trainer_dir_for
     from snakeskills.training import (
-        claim_checkpoints,
         load_trainable_model,
         run_trainer,
         save_tuned,
         step_logger,
         trainer_arguments,
-        trainer_dir_for,
     )
 
     if method not in METHODS:

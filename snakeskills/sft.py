@@ -231,7 +231,8 @@ def train_sft(
     """
     import torch
 
-    from snakeskills.training import load_trainable_model, save_tuned, train_on_examples, trainer_dir_for
+    from snakeskills.checkpoints import trainer_dir_for
+    from snakeskills.training import load_trainable_model, save_tuned, train_on_examples
 
     if method not in METHODS:
         raise SnakeskillsError(f"sft.method: {method!r} is not one of {', '.join(METHODS)}")

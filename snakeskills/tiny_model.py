@@ -122,9 +122,10 @@ def build_and_bootstrap(
     never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
     """
+    from snakeskills.checkpoints import trainer_dir_for
     from snakeskills.io import write_json
     from snakeskills.prompts import fill_template, model_input_ids
-    from snakeskills.training import save_trained, train_on_examples, trainer_dir_for
+    from snakeskills.training import save_trained, train_on_examples
 
     output_dir = Path(output_dir)
     tokenizer = build_char_tokenizer()

@@ -88,6 +88,8 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_numbers(fi
 
     resumed = json.loads((results / "eval/summary.json").read_text())
     reference = json.loads((finished_run / RESULTS / "eval/summary.json").read_text())
+    for summary in (resumed, reference):  # how long the trainer ran is a cost, not a result: a resumed one runs less
+        del summary["round1"]["training/cost"]["wall_seconds"]
     assert resumed == reference, f"killed at {kills} s"
     for model in ("base", "round1"):
         for seed in range(4):

@@ -271,7 +271,7 @@ def training_arguments(method: str, results: Path, data: Path, output: Path) -> 
 def train_in_process(method: str, arguments: dict, *, kill_after_checkpoint: int | None = None) -> int:
     """Run ``python -m snakeskills.<method>`` on ``arguments``; with ``kill_after_checkpoint``, SIGKILL it once that
     checkpoint is complete. Returns the exit status."""
-    from snakeskills.training import trainer_dir_for
+    from snakeskills.checkpoints import trainer_dir_for
 
     command = [sys.executable, "-m", f"snakeskills.{method}", json.dumps(arguments)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -476,7 +476,7 @@ def test_select_sft_records_cap_of_one(judged_files):
 
 
 def test_last_complete_checkpoint_skips_and_removes_partial_ones(tmp_path):
-    from snakeskills.training import last_complete_checkpoint
+    from snakeskills.checkpoints import last_complete_checkpoint
 
     assert last_complete_checkpoint(tmp_path / "absent") is None
     assert last_complete_checkpoint(tmp_path) is None
@@ -499,7 +499,7 @@ def test_last_complete_checkpoint_skips_and_removes_partial_ones(tmp_path):
 
 
 def test_claim_trainer_dir_keeps_only_the_same_runs_checkpoints(tmp_path):
-    from snakeskills.training import claim_trainer_dir, training_fingerprint
+    from snakeskills.checkpoints import claim_trainer_dir, training_fingerprint
 
     examples, other_examples = [{"prompt": "1+1=", "completion": "2"}], [{"prompt": "1+1=", "completion": "3"}]
     fingerprint = training_fingerprint({"base_model_path": "m"}, {"learning_rate": 1e-3}, examples)

@@ -20,7 +20,7 @@ from snakeskills.plan.sections import (
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.training import check_methods
-from snakeskills.plan.values import check_model_name, check_regex
+from snakeskills.plan.values import check_batch_divides, check_model_name, check_regex
 from snakeskills.registry import is_user_function, load_user_function
 
 
@@ -221,16 +221,6 @@ def _check_student_backend(config: dict) -> None:
                 f"config key {method}.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
                 f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
             )
-
-
-def check_batch_divides(batch_size: int, processes: int, accumulation: int, section: str) -> None:
-    """``{section}.batch_size`` must split evenly over processes x gradient accumulation steps."""
-    if batch_size % (processes * accumulation):
-        by_processes = f"the {processes} training processes (sft.processes / sft.gpus) x " if processes > 1 else ""
-        raise SnakeskillsError(
-            f"config key {section}.batch_size ({batch_size}) must be a multiple of {by_processes}{accumulation} "
-            f"{section}.gradient_accumulation_steps: each forward pass takes an equal share"
-        )
 
 
 def _check_sft(config: dict, gpus_available: bool) -> None:

@@ -10,6 +10,7 @@ import re
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_processes
+from snakeskills.plan.values import check_batch_divides
 
 METHODS = ("sft", "dpo", "grpo")
 # sft's rounds are round1, round2, ...; another method's rounds carry its name: dpo-round1, grpo-round2
@@ -103,8 +104,6 @@ def grpo_sampling(config: dict) -> dict:
 def check_methods(config: dict, processes: int) -> None:
     """The training methods' sections: each method ``methods`` lists has its section and each section its method;
     the dpo and grpo sections' own cross-key rules. ``processes``: the training jobs' processes."""
-    from snakeskills.plan.checks import check_batch_divides
-
     methods = config["methods"]
     for method in METHODS[1:]:
         if method in methods and config[method] is None:
