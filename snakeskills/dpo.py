@@ -91,8 +91,8 @@ def train_dpo(
         load_trainable_model,
         run_trainer,
         save_tuned,
+        section_trainer_arguments,
         step_logger,
-        trainer_arguments,
     )
 
     if method not in METHODS:
@@ -107,18 +107,10 @@ def train_dpo(
     if not records:
         raise SnakeskillsError(f"{pairs_path}: no preference pairs to train on")
     rows = tokenize_pairs(records, tokenizer, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs)
-    common = trainer_arguments(
+    common = section_trainer_arguments(
+        training,
         output_dir=trainer_dir_for(output_dir),
-        num_epochs=training["num_epochs"],
-        learning_rate=training["learning_rate"],
-        batch_size=training["batch_size"],
         seed=seed,
-        weight_decay=training["weight_decay"],
-        warmup_steps=training["warmup_steps"],
-        checkpoint_steps=training["checkpoint_steps"],
-        gradient_accumulation_steps=training["gradient_accumulation_steps"],
-        gradient_checkpointing=training["gradient_checkpointing"],
-        bf16=training["bf16"],
         threads=threads,
         processes=processes,
         distributed=distributed,

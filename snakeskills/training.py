@@ -193,6 +193,24 @@ def trainer_arguments(
     }
 
 
+def section_trainer_arguments(
+    training: dict, *, output_dir, seed: int, threads: int, processes: int, distributed: str
+) -> dict:
+    """``trainer_arguments`` from a DPO or GRPO section's ``training`` (max_steps where the section has it)."""
+    keys = ("learning_rate", "batch_size", "weight_decay", "warmup_steps", "checkpoint_steps")
+    keys += ("gradient_accumulation_steps", "gradient_checkpointing", "bf16")
+    return trainer_arguments(
+        output_dir=output_dir,
+        num_epochs=training["num_epochs"],
+        max_steps=training.get("max_steps"),
+        seed=seed,
+        threads=threads,
+        processes=processes,
+        distributed=distributed,
+        **{key: training[key] for key in keys},
+    )
+
+
 # what a DPO or GRPO trainer logs beside the loss, and how the job's log names it
 LOGGED_METRICS = {
     "rewards/margins": "reward margin",
