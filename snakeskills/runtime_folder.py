@@ -16,6 +16,12 @@ def default_directory() -> str:
     return str(Path(runtime) / "snakeskills") if runtime else f"/tmp/snakeskills-{os.getuid()}"
 
 
+def short_runtime_directory() -> str:
+    """The runtime folder if its path leaves room for a socket name in it, else ``/tmp/snakeskills-<uid>``."""
+    folder = default_directory()
+    return folder if len(os.fsencode(folder)) <= 48 else f"/tmp/snakeskills-{os.getuid()}"
+
+
 def private_directory(directory: str | Path) -> Path:
     """The servers' folder, created mode 0700 if missing; refused unless it is this user's own and private.
 

@@ -115,6 +115,24 @@ def test_the_server_builds_model_input_as_a_direct_load_does(tiny_checkpoint, di
         server.close()
 
 
+def test_a_server_folder_too_deep_for_a_unix_socket_still_shares_one_load(tiny_checkpoint, tmp_path):
+    """A Unix socket's path holds at most 107 bytes: in a deep folder (a project under a long path, pytest's
+    numbered temporary folders) the socket goes to the private runtime folder, and jobs still share one load."""
+    deep = tmp_path / ("a-deep-project-folder-" * 4) / "model-servers"
+    options = {"backend": "hf", "model_path": str(tiny_checkpoint)}
+    socket_path, lock_path, log_path = server_paths(deep, options)
+    assert len(str(deep / "x.sock")) > 107 and len(os.fsencode(socket_path)) <= 103
+    assert lock_path.parent == log_path.parent == deep
+    assert server_paths(deep, options)[0] == socket_path != server_paths(tmp_path / "other", options)[0]
+    servers = [shared(tiny_checkpoint, deep) for _ in range(2)]
+    try:
+        assert servers[0].generate(requests(), SAMPLING) == servers[1].generate(requests(), SAMPLING)
+        assert servers[0].server_pid == servers[1].server_pid
+    finally:
+        for server in servers:
+            server.close()
+
+
 def test_the_server_folder_is_created_private(tmp_path):
     folder = private_directory(tmp_path / "runtime" / "snakeskills")
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700

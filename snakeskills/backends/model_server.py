@@ -39,7 +39,7 @@ from pathlib import Path
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
 from snakeskills.errors import SnakeskillsError
-from snakeskills.runtime_folder import private_directory
+from snakeskills.runtime_folder import private_directory, short_runtime_directory
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +57,24 @@ def server_key(options: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# a Unix socket's path must fit in sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS, with the final NUL
+MAX_SOCKET_PATH_BYTES = 103
+
+
 def server_paths(directory: str | Path, options: dict) -> tuple[Path, Path, Path]:
-    """Socket, lock and log file of the server for these backend options (see ``server_key``)."""
+    """Socket, lock and log file of the server for these backend options (see ``server_key``).
+
+    The lock and the log live in ``directory``. So does the socket, unless its path would be too long for a Unix
+    socket (a deep project or temporary folder): then it lives in this user's private runtime folder, named after
+    ``directory`` and the key, so jobs configured with the same folder still find the same server.
+    """
     key = server_key(options)
     folder = Path(directory)
-    return folder / f"{key}.sock", folder / f"{key}.lock", folder / f"{key}.log"
+    socket_path = folder / f"{key}.sock"
+    if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
+        folder_key = hashlib.sha256(os.fsencode(folder.absolute())).hexdigest()[:8]
+        socket_path = private_directory(short_runtime_directory()) / f"{folder_key}-{key}.sock"
+    return socket_path, folder / f"{key}.lock", folder / f"{key}.log"
 
 
 # ---------------------------------------------------------------- client
