@@ -209,8 +209,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def job_generation_section(arguments: argparse.Namespace) -> dict | None:
+    """The generation section of a job that asks a model (its settings file), else None (the rule-based judge)."""
+    if arguments.command == "generate":
+        return read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)["generation"]
+    if arguments.command in ("llm-judge", "llm-contamination-check"):
+        return read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)["llm"]["generation"]
+    return None
+
+
+def hand_over_to_configured_python(arguments: argparse.Namespace, argv: list[str]) -> None:
+    """Run the job with the python its generation section names (``vllm.python``: vLLM in an environment of its
+    own, ``snakeskills.vllm_env``), replacing this process before anything is loaded or logged."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from snakeskills.vllm_env import configured_python, run_with
+
+    if os.environ.get("SNAKESKILLS_HANDED_OVER"):
+        return  # already the configured python (its prefix may read differently through links)
+    generation = job_generation_section(arguments)
+    python = configured_python(generation) if generation else None
+    if python is None or Path(sys.prefix).resolve() == Path(python).parent.parent.resolve():
+        return
+    if not os.access(python, os.X_OK):
+        raise SnakeskillsError(f"vllm.python of this job's settings ({arguments.settings}): {python} is not there")
+    os.environ["SNAKESKILLS_HANDED_OVER"] = "1"
+    run_with(python, argv)
+
+
 def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
     arguments = build_parser().parse_args(argv)
+    try:
+        hand_over_to_configured_python(arguments, argv)
+    except SnakeskillsError as error:
+        print(f"snakeskills error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     try:
         arguments.run(arguments)
     except KeyboardInterrupt:  # before or after the job's log is open (script_logging words it inside)

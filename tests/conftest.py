@@ -40,6 +40,7 @@ QWEN25_15B = {
 # `-n 0` (one process) the order is the same.
 SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
 SLOWEST_GROUPS_FIRST = (
+    "test_vllm",
     "test_teacher",
     "test_real_model_loop",
     "test_synthesis_workflow",

