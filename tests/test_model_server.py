@@ -213,3 +213,33 @@ def test_an_idle_server_leaves_a_gpu_that_another_job_claims(tiny_checkpoint, di
     for lock in gpus._held:
         lock.close()
     gpus._held.clear()
+
+
+def test_one_relative_model_path_in_two_working_directories_names_two_servers(tmp_path, monkeypatch):
+    """A run names its models by paths relative to its working directory (results/<experiment>/models/...); a
+    server outlives its job, so a second run of the same experiment elsewhere must not reach the first one's."""
+    from conftest import generation_section
+
+    import snakeskills.backends as backends
+
+    built = []
+    monkeypatch.setattr(backends, "build_backend", lambda name, **options: built.append(options["options"]))
+    generation = generation_section(share_model={"enabled": True})
+    model = {"dtype": "auto", "trust_remote_code": False}
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        backends.backend_from_config(
+            generation,
+            model,
+            model_path="results/x/models/base/checkpoint",
+            adapter_path="results/x/models/round1/adapter",
+            threads=1,
+            chat_template=False,
+            chat_template_kwargs={},
+        )
+    assert built[0]["model_path"] == str(tmp_path / "first/results/x/models/base/checkpoint")
+    assert built[1]["adapter_path"] == str(tmp_path / "second/results/x/models/round1/adapter")
+    assert server_paths(tmp_path, {"backend": "hf", **built[0]}) != server_paths(
+        tmp_path, {"backend": "hf", **built[1]}
+    )

@@ -300,3 +300,25 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
     assert all(isinstance(row["judgement"], str) for row in llm_rows)
     served = server.log.read_text()
     assert "POST /v1/completions" in served
+
+
+@pytest.mark.slow
+def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
+    """judge.llm with backend vllm (the bootstrapped base model as the judge), added to the finished run: its 16
+    llm_judge jobs share one vLLM load, and every eval row gets the LLM's verdict beside the rule-based one."""
+    config = yaml.safe_load((vllm_run / "config.yaml").read_text())
+    config["judge"] = {
+        "llm": {
+            "model": {"path": str(vllm_run / RESULTS / "models/base/checkpoint")},
+            "prompt": {"user": "{expected_answer}?{predicted_answer}:"},
+            "generation": {**VLLM_GENERATION, "sampling": {"temperature": 0.0, "max_new_tokens": 4}},
+        }
+    }
+    configfile = write_config(tmp_path / "config.yaml", config)
+    process = run_snakemake(vllm_run, "--cores", "2", "--until", "llm_judge", configfile=configfile, timeout=1800)
+    assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
+    rows = [row for path in (vllm_run / RESULTS / "judge-llm").rglob("*.jsonl") for row in read_jsonl(path)]
+    assert len(rows) == 2 * 500 * 4  # base and round1, 4 seeds
+    assert all(isinstance(row["judgement"], str) and "symbolic_correct" in row for row in rows)
+    logs = [path.read_text() for path in (vllm_run / RESULTS / "logs/llm_judge").rglob("*.log")]
+    assert len(logs) == 16 and sum("started model server" in log for log in logs) == 1

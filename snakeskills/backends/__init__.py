@@ -92,10 +92,16 @@ def backend_from_config(
     from snakeskills.runtime_folder import default_directory
 
     server_threads = share["threads"] or len(os.sched_getaffinity(0))
+    options = local_backend_options(generation, model, model_path, adapter_path, server_threads)
+    # absolute: a server outlives the job that started it and is found by its options, so the same relative path
+    # in two working directories (two runs of one experiment) must not name one server
+    for key in ("model_path", "adapter_path"):
+        if options[key] is not None:
+            options[key] = os.path.abspath(options[key])
     return build_backend(
         "shared",
         backend=name,
-        options=local_backend_options(generation, model, model_path, adapter_path, server_threads),
+        options=options,
         chat_template=chat_template,
         chat_template_kwargs=chat_template_kwargs,
         directory=share["directory"] or default_directory(),
