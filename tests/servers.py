@@ -103,7 +103,9 @@ class VLLMServer:
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
                 [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port)]
-                + ["--dtype", "float32", "--seed", "0"],
+                + ["--dtype", "float32", "--seed", "0"]
+                # as the vllm backend does on a CPU (snakeskills.backends.vllm.cpu_scheduling): no seeded prompt split
+                + ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=environment,

