@@ -286,7 +286,8 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
         config["experiment"] = "vllm-serve"
         config["model"] = {"name": "student", "build_tiny": False, "path": str(base)}
         openai = {"base_url": server.base_url, "model": str(base), "api": "completions", "max_concurrency": 8}
-        config["teacher"] = teacher_section(**openai)
+        config["teacher"] = teacher_section(base_url=server.base_url, model=str(base), max_concurrency=8)
+        config["teacher"]["generation"]["openai"] = openai
         config["teacher"]["prompt"] = {"user": "{problem}=", "chat_template": False}
         config["teacher"]["generation"]["sampling"] = {"temperature": 1.0, "max_new_tokens": 12}
         config["judge"] = {
@@ -308,7 +309,8 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
     stats = json.loads((results / "sft/round1/stats.json").read_text())
     assert stats["kept_by_source"]["teacher"] > 0, stats
     llm_rows = [row for path in (results / "judge-llm").rglob("*.jsonl") for row in read_jsonl(path)]
-    assert len(llm_rows) == 2 * 100 * 2  # base and round1, 2 seeds
+    tuned = [row for path in (results / "judge-llm/round1").rglob("*.jsonl") for row in read_jsonl(path)]
+    assert len(tuned) == 2 * 100  # round1's eval samples, 2 seeds
     assert all(isinstance(row["judgement"], str) for row in llm_rows)
     served = server.log.read_text()
     assert "POST /v1/completions" in served
@@ -316,8 +318,8 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
 
 @pytest.mark.slow
 def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
-    """judge.llm with backend vllm (the bootstrapped base model as the judge), added to the finished run: its 16
-    llm_judge jobs share one vLLM load, and every eval row gets the LLM's verdict beside the rule-based one."""
+    """judge.llm with backend vllm (the bootstrapped base model as the judge), added to the finished run: its 24
+    llm_judge jobs share one vLLM load, and every row gets the LLM's verdict beside the rule-based one."""
     config = yaml.safe_load((vllm_run / "config.yaml").read_text())
     config["judge"] = {
         "llm": {
@@ -329,11 +331,12 @@ def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
     configfile = write_config(tmp_path / "config.yaml", config)
     process = run_snakemake(vllm_run, "--cores", "2", "--until", "llm_judge", configfile=configfile, timeout=1800)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
-    rows = [row for path in (vllm_run / RESULTS / "judge-llm").rglob("*.jsonl") for row in read_jsonl(path)]
-    assert len(rows) == 2 * 500 * 4  # base and round1, 4 seeds
+    rows = [row for path in (vllm_run / RESULTS / "judge-llm/round1").rglob("*.jsonl") for row in read_jsonl(path)]
+    assert len(rows) == 500 * 4  # round1's eval samples, 4 seeds
     assert all(isinstance(row["judgement"], str) and "symbolic_correct" in row for row in rows)
+    # every judged chunk (base's train and test, round1's test: 24) judged again, on one vLLM load
     logs = [path.read_text() for path in (vllm_run / RESULTS / "logs/llm_judge").rglob("*.log")]
-    assert len(logs) == 16 and sum("started model server" in log for log in logs) == 1
+    assert len(logs) == 24 and sum("started model server" in log for log in logs) == 1
 
 
 @pytest.mark.slow
