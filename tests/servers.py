@@ -99,7 +99,7 @@ class VLLMServer:
         import os
 
         executable = self.python.parent / "vllm"
-        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
                 [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port)]

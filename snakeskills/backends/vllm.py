@@ -6,12 +6,15 @@ batching or chunking, as with the hf backend. A tuned model is served as the bas
 a ``LoRARequest`` for its adapter, without merging.
 
 On a CPU, vLLM reads ``gpu_memory_utilization`` as the share of the machine's RAM to reserve, so the KV cache is
-sized in GiB instead (``kv_cache_gb``, 2 GiB unless set), and CUDA graphs and tensor parallelism do not apply.
+sized in GiB instead (``kv_cache_gb``, 2 GiB unless set); ``dtype: auto`` loads what the hf backend would; its
+threads are not pinned to cores (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set); chunked prefill is off
+(``cpu_scheduling``); CUDA graphs and tensor parallelism do not apply.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, context_overflow
 from snakeskills.errors import SnakeskillsError
@@ -19,6 +22,15 @@ from snakeskills.errors import SnakeskillsError
 logger = logging.getLogger(__name__)
 
 CPU_KV_CACHE_GB = 2.0
+
+
+def cpu_dtype(dtype: str) -> str:
+    """``model.dtype`` on a CPU: with auto, what the hf backend loads (float32 where bfloat16 is emulated, as on
+    AVX2; snakeskills.models), where vLLM would turn a float32 checkpoint into bfloat16."""
+    from snakeskills.models import INFERENCE, load_dtype
+
+    chosen = load_dtype(dtype, INFERENCE, on_gpu=False)
+    return chosen if isinstance(chosen, str) else str(chosen).removeprefix("torch.")
 
 
 def cpu_scheduling(model_path: str, max_model_len: int | None, trust_remote_code: bool) -> dict:
@@ -64,8 +76,12 @@ class VLLMBackend:
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
-        if on_cpu and kv_cache_gb is None:
-            kv_cache_gb = CPU_KV_CACHE_GB
+        if on_cpu:
+            kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
+            dtype = cpu_dtype(dtype)
+            # vLLM pins its compute threads to the node's cores, every engine to the same ones: with several engines
+            # on a node (generate jobs, a model server, an LLM judge) they starve each other, so the OS schedules
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         self.llm = LLM(
             **(cpu_scheduling(model_path, max_model_len, trust_remote_code) if on_cpu else {}),
             model=model_path,
