@@ -232,7 +232,8 @@ def main():
     sampling = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=12)
     half = len(requests) // 2
     whole = backend.generate(requests, sampling)
-    halves = backend.generate(requests[half:], sampling) + backend.generate(requests[:half], sampling)
+    second = backend.generate(requests[half:], sampling)  # the second half first
+    halves = backend.generate(requests[:half], sampling) + second
     print("RESULT " + json.dumps([[r.generation for r in whole], [r.generation for r in halves]]))
 
 if __name__ == "__main__":  # vLLM's engine starts in a spawned process
@@ -302,7 +303,8 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
         server.stop()
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     results = tmp_path / "results/vllm-serve"
-    teacher_rows = [row for path in (results / "judge/teacher").rglob("*.jsonl") for row in read_jsonl(path)]
+    chunks = (results / "judge/teacher/arithmetic/train").glob("rs*/chunk*.jsonl")
+    teacher_rows = [row for path in chunks for row in read_jsonl(path)]
     assert len(teacher_rows) == 400 * 2
     solved = sum(row["symbolic_correct"] for row in teacher_rows) / len(teacher_rows)
     assert solved > 0.1, solved  # the bootstrapped model adds about a quarter of these right
@@ -318,8 +320,8 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
 
 @pytest.mark.slow
 def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
-    """judge.llm with backend vllm (the bootstrapped base model as the judge), added to the finished run: its 24
-    llm_judge jobs share one vLLM load, and every row gets the LLM's verdict beside the rule-based one."""
+    """judge.llm with backend vllm (the bootstrapped base model as the judge), added to the finished run: the 8
+    llm_judge jobs of the base model's eval samples share one vLLM load, and every row gets the LLM's verdict."""
     config = yaml.safe_load((vllm_run / "config.yaml").read_text())
     config["judge"] = {
         "llm": {
@@ -329,14 +331,18 @@ def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
         }
     }
     configfile = write_config(tmp_path / "config.yaml", config)
-    process = run_snakemake(vllm_run, "--cores", "2", "--until", "llm_judge", configfile=configfile, timeout=1800)
+    # the base model's eval chunks (round1's would wait for a new round: the judge section is part of its data)
+    targets = [
+        f"{RESULTS}/judge-llm/base/arithmetic/test/rs{seed}/chunk{c}-of-2.jsonl" for seed in range(4) for c in (0, 1)
+    ]
+    process = run_snakemake(vllm_run, "--cores", "2", *targets, configfile=configfile, timeout=1800)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
-    rows = [row for path in (vllm_run / RESULTS / "judge-llm/round1").rglob("*.jsonl") for row in read_jsonl(path)]
-    assert len(rows) == 500 * 4  # round1's eval samples, 4 seeds
+    rows = [row for target in targets for row in read_jsonl(vllm_run / target)]
+    assert len(rows) == 500 * 4  # the base model's eval samples, 4 seeds
     assert all(isinstance(row["judgement"], str) and "symbolic_correct" in row for row in rows)
-    # every judged chunk (base's train and test, round1's test: 24) judged again, on one vLLM load
-    logs = [path.read_text() for path in (vllm_run / RESULTS / "logs/llm_judge").rglob("*.log")]
-    assert len(logs) == 24 and sum("started model server" in log for log in logs) == 1
+    # 8 llm_judge jobs on one vLLM load
+    logs = [path.read_text() for path in (vllm_run / RESULTS / "logs/llm_judge/base/arithmetic/test").rglob("*.log")]
+    assert len(logs) == 8 and sum("started model server" in log for log in logs) == 1
 
 
 @pytest.mark.slow
