@@ -69,8 +69,19 @@ def build_workloads(names: list[str], model_path: str) -> dict:
 # ---------------------------------------------------------------- one engine, in its own process
 
 
-def engine_hf(model_path: str, threads: int):
+def backend_generate(backend):
+    """A project backend's generate as the engines' common call: each row from its own seed; generated tokens."""
     from snakeskills.backends import GenerationRequest, SamplingParams
+
+    def generate(ids: list[list[int]], max_new_tokens: int) -> int:
+        requests = [GenerationRequest(seed=seed, prompt_token_ids=tuple(row)) for seed, row in enumerate(ids)]
+        sampling = SamplingParams(temperature=TEMPERATURE, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+        return sum(result.num_generated_tokens for result in backend.generate(requests, sampling))
+
+    return generate
+
+
+def engine_hf(model_path: str, threads: int):
     from snakeskills.backends.hf import HFBackend
 
     backend = HFBackend(
@@ -85,17 +96,13 @@ def engine_hf(model_path: str, threads: int):
         share_prefix=True,
     )
 
-    def generate(ids: list[list[int]], max_new_tokens: int) -> int:
-        requests = [GenerationRequest(seed=seed, prompt_token_ids=tuple(row)) for seed, row in enumerate(ids)]
-        sampling = SamplingParams(temperature=TEMPERATURE, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
-        return sum(result.num_generated_tokens for result in backend.generate(requests, sampling))
-
-    return generate
+    return backend_generate(backend)
 
 
 def engine_plain(model_path: str, threads: int):
     """``model.generate(do_sample=True)`` on left-padded batches of 32, one random stream per batch."""
     import torch
+    from generation import tokens_up_to_eos  # bench/generation.py, beside this script
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     torch.set_num_threads(threads)
@@ -121,15 +128,13 @@ def engine_plain(model_path: str, threads: int):
             mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in batch])
             with torch.inference_mode():
                 output = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
-            for row in output[:, width:].tolist():
-                tokens += row.index(config.eos_token_id) + 1 if config.eos_token_id in row else len(row)
+            tokens += tokens_up_to_eos(output[:, width:].tolist(), config.eos_token_id)
         return tokens
 
     return generate
 
 
 def engine_vllm(model_path: str, threads: int):
-    from snakeskills.backends import GenerationRequest, SamplingParams
     from snakeskills.backends.vllm import VLLMBackend
 
     backend = VLLMBackend(
@@ -145,12 +150,7 @@ def engine_vllm(model_path: str, threads: int):
         kv_cache_gb=None,
     )
 
-    def generate(ids: list[list[int]], max_new_tokens: int) -> int:
-        requests = [GenerationRequest(seed=seed, prompt_token_ids=tuple(row)) for seed, row in enumerate(ids)]
-        sampling = SamplingParams(temperature=TEMPERATURE, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
-        return sum(result.num_generated_tokens for result in backend.generate(requests, sampling))
-
-    return generate
+    return backend_generate(backend)
 
 
 ENGINES = {"hf": engine_hf, "plain": engine_plain, "vllm": engine_vllm}

