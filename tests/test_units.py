@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generate import chunk_bounds
 from snakeskills.io import atomic_open, concatenate_jsonl, read_jsonl, write_jsonl
 from snakeskills.model_job import row_seed
+from snakeskills.plan.config import default_config, prepare_config
 from snakeskills.prompts import build_messages, fill_template, render_messages
 from snakeskills.sft import select_sft_records
 
@@ -249,8 +251,19 @@ def test_arithmetic_splits_disjoint_deterministic_and_correct():
 def test_arithmetic_splits_too_many_problems():
     # one operation, operands 0..2 -> 9 distinct problems
     assert len(arithmetic_splits(operations=["+"], max_operand=2, split_sizes={"a": 9}, seed=0)["a"]) == 9
-    with pytest.raises(SnakeskillsError, match="ask for 10 problems .* only 9"):
+    with pytest.raises(SnakeskillsError, match="ask for 10 problems.* only 9"):
         arithmetic_splits(operations=["+"], max_operand=2, split_sizes={"a": 5, "b": 5}, seed=0)
+
+
+def test_synthetic_splits_too_large_stop_the_plan_naming_the_key():
+    """Checked when the config is loaded, not by the prepare_data job: a user asking for more problems than the
+    operands allow learns it from snakemake -n, with the key to change."""
+    config = copy.deepcopy(default_config())
+    config["benchmarks"]["arithmetic"]["synthetic"].update(operations=["+", "-", "+"], max_operand=49)
+    with pytest.raises(SnakeskillsError) as error:
+        prepare_config(config)
+    assert str(error.value).startswith("config key benchmarks.arithmetic.synthetic.split_sizes: the splits ask for")
+    assert "allows only 5000 distinct ones" in str(error.value)
 
 
 def test_arithmetic_splits_unknown_operation():

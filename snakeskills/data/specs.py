@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from snakeskills.data.synthetic import check_pool_size
 from snakeskills.errors import SnakeskillsError
 
 SOURCES = ("synthetic", "jsonl", "parquet", "hf")
@@ -77,6 +78,14 @@ def check_benchmark_spec(benchmark: str, spec: dict) -> None:
         raise SnakeskillsError(f"config key {key}.source: unknown source {source!r}; known: {', '.join(SOURCES)}")
     if source not in spec:
         raise SnakeskillsError(f"config key {key}.{source} is required when source is {source!r}")
+    if source == "synthetic":
+        synthetic = spec["synthetic"]
+        check_pool_size(
+            operations=synthetic["operations"],
+            max_operand=synthetic["max_operand"],
+            split_sizes=synthetic["split_sizes"],
+            key=f"{key}.synthetic",
+        )
     for field, rule in (spec.get("field_map") or {}).items():
         if isinstance(rule, dict) and rule.get("regex") is not None:
             try:

@@ -18,6 +18,19 @@ OPERATIONS = {
 }
 
 
+def check_pool_size(*, operations: list[str], max_operand: int, split_sizes: dict[str, int], key: str) -> None:
+    """The splits fit in the distinct problems the operations and operands allow (checked when the plan is made,
+    ``key`` naming the config key, and again when the problems are drawn)."""
+    distinct = len(set(operations)) * (max_operand + 1) ** 2
+    needed = sum(split_sizes.values())
+    if needed > distinct:
+        raise SnakeskillsError(
+            f"config key {key}.split_sizes: the splits ask for {needed} problems, but max_operand={max_operand} with "
+            f"{len(set(operations))} operation(s) allows only {distinct} distinct ones; raise {key}.max_operand or "
+            "shrink the splits"
+        )
+
+
 def arithmetic_splits(
     *, operations: list[str], max_operand: int, split_sizes: dict[str, int], seed: int
 ) -> dict[str, list[dict]]:
@@ -30,15 +43,13 @@ def arithmetic_splits(
             raise SnakeskillsError(
                 f"synthetic.operations: unknown operation {operation!r}; known: {sorted(OPERATIONS)}"
             )
+    check_pool_size(operations=operations, max_operand=max_operand, split_sizes=split_sizes, key="synthetic")
     pool = [
-        (a, operation, b) for operation in operations for a in range(max_operand + 1) for b in range(max_operand + 1)
+        (a, operation, b)
+        for operation in dict.fromkeys(operations)
+        for a in range(max_operand + 1)
+        for b in range(max_operand + 1)
     ]
-    needed = sum(split_sizes.values())
-    if needed > len(pool):
-        raise SnakeskillsError(
-            f"synthetic: splits ask for {needed} problems but max_operand={max_operand} with "
-            f"{len(operations)} operation(s) allows only {len(pool)} distinct ones"
-        )
     random.Random(seed).shuffle(pool)
     splits = {}
     start = 0
