@@ -43,6 +43,10 @@ ENV_NAME = "vllm-cpu"
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints" / "cpu.txt"
 COMPLETE = "snakeskills_env.json"
+# vLLM's CPU LoRA kernels made fast (its docstring): copied into the environment as a module of its own and named
+# there as a vLLM general plugin, so that vLLM's engine processes load it whoever starts them (a job, `vllm serve`)
+LORA_PLUGIN = Path(__file__).resolve().parent / "backends" / "vllm_cpu_lora.py"
+PLUGIN_MODULE = "snakeskills_vllm_cpu_lora"
 
 
 # what a model job (snakeskills.cli: generate, the LLM judge, the contamination check) imports beside vLLM's own
@@ -66,7 +70,8 @@ def env_key() -> str:
     """What the environment is built from: the vllm-cpu version, what is left out, the project's requirements, the
     torch pin and the Python version. A change gives a new folder; the old one stays until removed."""
     identity = {
-        "layout": 3,  # 3: metadata under the name vllm, version <v>+cpu (_add_vllm_metadata)
+        "layout": 4,  # 3: metadata under the name vllm, version <v>+cpu (_add_vllm_metadata); 4: the LoRA plugin
+        "plugin": hashlib.sha256(LORA_PLUGIN.read_bytes()).hexdigest(),
         "vllm": VLLM_CPU,
         "left_out": LEFT_OUT,
         "requirements": project_requirements(),
@@ -120,9 +125,10 @@ def vllm_requirements(python: Path) -> list[str]:
 
 
 def _add_vllm_metadata(python: Path) -> None:
-    """Metadata under the name ``vllm`` beside ``vllm-cpu``'s: vLLM's own CLI (``vllm serve``) and TRL's vLLM checks
-    ask ``importlib.metadata`` for the version of ``vllm``, which the CPU build installs under another name. The
-    version ends in ``+cpu``, as vLLM's own CPU builds do: vLLM picks its CPU platform from that."""
+    """The LoRA plugin (``LORA_PLUGIN``), and metadata under the name ``vllm`` beside ``vllm-cpu``'s: vLLM's own CLI
+    (``vllm serve``) and TRL's vLLM checks ask ``importlib.metadata`` for the version of ``vllm``, which the CPU
+    build installs under another name. The version ends in ``+cpu``, as vLLM's own CPU builds do: vLLM picks its CPU
+    platform from that."""
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -137,6 +143,10 @@ def _add_vllm_metadata(python: Path) -> None:
         f"Summary: the vllm package as installed by vllm-cpu=={version} (written by snakeskills.vllm_env)\n"
     )
     (folder / "INSTALLER").write_text("snakeskills.vllm_env\n")
+    shutil.copyfile(LORA_PLUGIN, Path(site) / f"{PLUGIN_MODULE}.py")
+    (folder / "entry_points.txt").write_text(
+        f"[vllm.general_plugins]\nsnakeskills_cpu_lora = {PLUGIN_MODULE}:register\n"
+    )
 
 
 def create_env() -> Path:

@@ -146,6 +146,44 @@ def test_the_environment_leaves_out_the_cuda_companions(vllm_python):
     assert process.stdout.split() == ["0.32.0+cpu", "0.32.0"], process.stderr[-2000:]
 
 
+LORA_KERNELS = """
+import torch
+from vllm.lora.ops.torch_ops import lora_ops
+from vllm.lora.punica_wrapper import punica_cpu
+from vllm.plugins import load_general_plugins
+
+original = {name: getattr(lora_ops, name) for name in ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")}
+load_general_plugins()  # what vLLM's engine process does: the environment names the plugin
+assert all(getattr(module, name).__module__ == "snakeskills_vllm_cpu_lora" for module in (lora_ops, punica_cpu)
+           for name in original), "the plugin did not replace vLLM's CPU LoRA kernels"
+torch.manual_seed(0)
+tokens, width, rank, out = 300, 64, 8, 96
+inputs, expanded = torch.randn(tokens, width), torch.randn(tokens, rank)
+shrink, expand = torch.randn(2, 1, rank, width), torch.randn(2, 1, out, rank)
+for indices in (torch.zeros(tokens, dtype=torch.long), torch.randint(-1, 2, (tokens,))):  # one adapter; two and none
+    cases = [
+        ("bgmv_shrink", (inputs, shrink), (tokens, rank), (indices, 0.5)),
+        ("bgmv_expand", (expanded, expand), (tokens, out), (indices, True)),
+        ("bgmv_expand_slice", (expanded, expand), (tokens, out + 10), (indices, 5, out, False)),
+    ]
+    for name, operands, shape, rest in cases:
+        theirs = torch.randn(shape)
+        ours = theirs.clone()
+        original[name](*operands, theirs, *rest)
+        getattr(lora_ops, name)(*operands, ours, *rest)
+        assert torch.allclose(theirs, ours, atol=1e-4), name
+print("equal")
+"""
+
+
+def test_the_environment_s_lora_plugin_replaces_vllm_s_cpu_kernels_with_equal_ones(vllm_python):
+    """vLLM's CPU LoRA kernels gather a (rank x width) matrix per token (SmolLM2 with an adapter never finished a
+    step); the environment's plugin, loaded as vLLM loads its plugins, computes the same with one product per
+    adapter: for one adapter, and for tokens of two adapters and none (index -1) in one batch."""
+    process = subprocess.run([str(vllm_python), "-c", LORA_KERNELS], capture_output=True, text=True, cwd="/")
+    assert process.stdout.strip() == "equal", process.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_the_whole_loop_on_vllm_gains_as_on_hf(vllm_run):
     summary = json.loads((vllm_run / RESULTS / "eval/summary.json").read_text())
