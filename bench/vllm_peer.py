@@ -229,7 +229,8 @@ def main() -> None:
         process = subprocess.run(command, capture_output=True, text=True, env=environment)
         if process.returncode != 0:
             raise SystemExit(f"{engine} failed:\n{process.stderr[-4000:]}")
-        report = json.loads(process.stdout.split("REPORT ", 1)[1])
+        # the report line; vLLM may print more after it as it shuts down
+        report = json.loads(process.stdout.split("REPORT ", 1)[1].splitlines()[0])
         results["engines"][engine] = report
         print(engine, json.dumps(report), flush=True)
     workload_file.unlink()
