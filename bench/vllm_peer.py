@@ -13,8 +13,7 @@ Workloads: ``chat``: 32 arithmetic problems in the generic-math chat prompt, 64 
 opened by four worked examples (about 345 shared tokens of 360), 64 new tokens; ``long``: 8 prompts, 512 new tokens.
 The hf backend runs its batches longest prompt first, drops finished rows and computes a batch's shared opening
 once; plain ``generate`` pads each batch and keeps every row to the batch's end; vLLM schedules every request at
-once (continuous batching, paged KV cache with prefix caching) on the cores it binds (one of two is kept for its
-own engine process by default on a 2-core machine).
+once (continuous batching, paged KV cache with prefix caching), its threads unpinned as the backend leaves them.
 """
 
 from __future__ import annotations
@@ -193,6 +192,13 @@ def engine_python(engine: str) -> str:
     return str(create_env())
 
 
+def cpu_capability() -> str:
+    """The vector instructions torch's CPU kernels use here (AVX2, AVX512): vLLM-CPU's speed depends on it."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -215,7 +221,11 @@ def main() -> None:
     workload_file.parent.mkdir(parents=True, exist_ok=True)
     workload_file.write_text(json.dumps(build_workloads(arguments.workloads, model)))
     results = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "cpu_capability": cpu_capability(),
+        },
         "model": "SmolLM2-135M-Instruct float32",
         "temperature": TEMPERATURE,
         "engines": {},
