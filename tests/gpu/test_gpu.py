@@ -75,7 +75,8 @@ def timed(function, *arguments):
 def warm_up(generate, requests) -> None:
     """A short sampled run of the whole batch, so that the timed runs find the CUDA caching allocator's blocks
     (a (rows, vocabulary) float32 tensor is 39 MB at 64 rows) and kernels loaded: on an H200 the first sampled
-    run of a batch took 3 to 5 times a warm one, and it ran first, so that a method's ratio depended on order."""
+    run of a 256-row batch took 2.4 times a later one (bench/generation.py), which would land on whichever method
+    ran first."""
     generate(requests, SamplingParams(0.7, 0.95, 0, 16))
 
 
