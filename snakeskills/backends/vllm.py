@@ -82,10 +82,6 @@ class VLLMBackend:
             # vLLM pins its compute threads to the node's cores, every engine to the same ones: with several engines
             # on a node (generate jobs, a model server, an LLM judge) they starve each other, so the OS schedules
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-            if adapter_path is not None:
-                from snakeskills.backends.vllm_cpu_lora import register
-
-                register()  # vLLM's engine process loads it as a plugin of the vllm-cpu environment
         self.llm = LLM(
             **(cpu_scheduling(model_path, max_model_len, trust_remote_code) if on_cpu else {}),
             model=model_path,
