@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from snakeskills.backends import GenerationRequest, SamplingParams  # noqa: E402

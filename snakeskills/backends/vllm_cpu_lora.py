@@ -73,7 +73,6 @@ def register() -> None:
     modules is left as it is)."""
     import importlib
 
-    replacements = {"bgmv_shrink": bgmv_shrink, "bgmv_expand": bgmv_expand, "bgmv_expand_slice": bgmv_expand_slice}
     for name in MODULES:
         try:
             module = importlib.import_module(name)
@@ -81,4 +80,4 @@ def register() -> None:
             continue
         for kernel in KERNELS:
             if hasattr(module, kernel):
-                setattr(module, kernel, replacements[kernel])
+                setattr(module, kernel, globals()[kernel])  # this module's function of that name
