@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -267,6 +268,13 @@ def run_rounds(tmp_path_factory, name: str, **settings):
     return workdir, configfile
 
 
+def generate_log(workdir: Path, job: str) -> str:
+    """The log of a generate job (``model/benchmark/split/rsN``, one chunk), its paths relative to ``workdir``:
+    a job served by the shared model server names the model by the absolute path the server loaded."""
+    log = (workdir / RESULTS / f"logs/generate/{job}/chunk0-of-1.log").read_text()
+    return log.replace(f"{workdir}/", "")
+
+
 @pytest.fixture(scope="module")
 def two_rounds(tmp_path_factory):
     """The shrunken tiny default with 2 rounds, data accumulated, round 2 continuing round 1's adapter."""
@@ -279,12 +287,11 @@ def test_round2_learns_from_round1_generations(two_rounds):
     results = workdir / RESULTS
     checkpoint = f"{RESULTS}/models/base/checkpoint"
     # round1's train-split samples (round2's SFT data) come from the base model + round1's adapter
-    log = (results / "logs/generate/round1/arithmetic/train/rs0/chunk0-of-1.log").read_text()
+    log = generate_log(workdir, "round1/arithmetic/train/rs0")
     assert f"loaded model {checkpoint} + adapter {RESULTS}/models/round1/adapter" in log
-    log = (results / "logs/generate/round2/arithmetic/test/rs1/chunk0-of-1.log").read_text()
+    log = generate_log(workdir, "round2/arithmetic/test/rs1")
     assert f"loaded model {checkpoint} + adapter {RESULTS}/models/round2/adapter" in log
-    base_log = (results / "logs/generate/base/arithmetic/train/rs0/chunk0-of-1.log").read_text()
-    assert "+ adapter" not in base_log
+    assert "+ adapter" not in generate_log(workdir, "base/arithmetic/train/rs0")
 
     summary = json.loads((results / "eval/summary.json").read_text())
     assert list(summary) == ["base", "round1", "round2"]
@@ -325,7 +332,7 @@ def test_full_fine_tuning_rounds_generate_with_their_own_checkpoints_and_gain(tw
     results = two_full_rounds / RESULTS
     # round1 samples round2's data (train) and is evaluated (test); round2, the last, is only evaluated
     for model, split, seed in (("round1", "train", 0), ("round1", "test", 1), ("round2", "test", 1)):
-        log = (results / f"logs/generate/{model}/arithmetic/{split}/rs{seed}/chunk0-of-1.log").read_text()
+        log = generate_log(two_full_rounds, f"{model}/arithmetic/{split}/rs{seed}")
         assert f"loaded model {RESULTS}/models/{model}/checkpoint on cpu" in log
         assert "+ adapter" not in log
     assert not list(results.glob("models/*/adapter"))

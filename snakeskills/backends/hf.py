@@ -335,14 +335,11 @@ class HFBackend:
                 )
             self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
         self._stop_criteria: dict[tuple[str, ...], object] = {}
-        logger.info(
-            "loaded model %s%s on %s in %s (context %s tokens)",
-            model_path,
-            f" + adapter {adapter_path}" if adapter_path else "",
-            self.device,
-            str(self.model.dtype).removeprefix("torch."),
-            self.context_length,
-        )
+        adapter = f" + adapter {adapter_path}" if adapter_path else ""
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        # what a job's log says of the model it generates with (a shared server's jobs log it too)
+        self.loaded = f"model {model_path}{adapter} on {self.device} in {dtype} (context {self.context_length} tokens)"
+        logger.info("loaded %s", self.loaded)
 
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None

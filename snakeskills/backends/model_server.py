@@ -122,10 +122,11 @@ class SharedModelBackend:
             raise SnakeskillsError(f"could not get a model server to accept this job; see {self.server_log}")
         self.server_pid = hello["pid"]
         logger.info(
-            "model server pid %d (load %s) serves this job: %d jobs so far on this load",
+            "model server pid %d (load %s, %d jobs so far) serves this job: loaded %s",
             hello["pid"],
             hello["load_id"],
             hello["jobs"],
+            hello["loaded"],
         )
 
     def _connect(self) -> socket.socket | None:
@@ -254,7 +255,13 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                     self.jobs += 1
                 if self.jobs >= self.jobs_per_load:
                     self.retire()
-            return {"accepted": accepted, "pid": os.getpid(), "load_id": self.load_id, "jobs": self.jobs}
+            return {
+                "accepted": accepted,
+                "pid": os.getpid(),
+                "load_id": self.load_id,
+                "jobs": self.jobs,
+                "loaded": self.backend.loaded,
+            }
         if message["op"] == "generate":
             from snakeskills.prompts import encode_messages
 

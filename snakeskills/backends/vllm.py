@@ -98,12 +98,10 @@ class VLLMBackend:
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = self.llm.llm_engine.model_config.max_model_len
         self.lora_request = LoRARequest("adapter", 1, adapter_path) if adapter_path else None
-        logger.info(
-            "loaded model %s%s with vLLM on %s",
-            model_path,
-            f" + adapter {adapter_path}" if adapter_path else "",
-            "the CPU" if on_cpu else "GPU",
-        )
+        adapter = f" + adapter {adapter_path}" if adapter_path else ""
+        # what a job's log says of the model it generates with (a shared server's jobs log it too)
+        self.loaded = f"model {model_path}{adapter} with vLLM on {'the CPU' if on_cpu else 'GPU'}"
+        logger.info("loaded %s", self.loaded)
 
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
