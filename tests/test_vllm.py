@@ -257,53 +257,70 @@ import json, sys
 from snakeskills.backends import GenerationRequest, SamplingParams, build_backend
 
 def main():
-    model, adapter, prompts = sys.argv[1], sys.argv[2] or None, json.loads(sys.argv[3])
-    temperature = float(sys.argv[4])
+    model, adapter, asked = sys.argv[1], sys.argv[2] or None, json.loads(sys.argv[3])
     options = dict(tensor_parallel_size=1, gpu_memory_utilization=0.9, max_model_len=None, max_lora_rank=64,
                    enforce_eager=False, kv_cache_gb=None, dtype="float32", trust_remote_code=False)
     backend = build_backend("vllm", model_path=model, adapter_path=adapter, **options)
-    requests = [GenerationRequest(seed=i, prompt_token_ids=tuple(backend.tokenizer(p)["input_ids"]))
-                for i, p in enumerate(prompts)]
-    sampling = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=12)
-    half = len(requests) // 2
-    whole = backend.generate(requests, sampling)
-    second = backend.generate(requests[half:], sampling)  # the second half first
-    halves = backend.generate(requests[:half], sampling) + second
-    print("RESULT " + json.dumps([[r.generation for r in whole], [r.generation for r in halves]]))
+    answers = []
+    for prompts, temperature in asked:
+        requests = [GenerationRequest(seed=i, prompt_token_ids=tuple(backend.tokenizer(p)["input_ids"]))
+                    for i, p in enumerate(prompts)]
+        sampling = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=12)
+        half = len(requests) // 2
+        whole = backend.generate(requests, sampling)
+        second = backend.generate(requests[half:], sampling)  # the second half first
+        halves = backend.generate(requests[:half], sampling) + second
+        answers.append([[r.generation for r in whole], [r.generation for r in halves]])
+    print("RESULT " + json.dumps(answers))
 
 if __name__ == "__main__":  # vLLM's engine starts in a spawned process
     main()
 """
 
 
-def vllm_generations(vllm_python, model, adapter, prompts, temperature=0.0) -> list[str]:
-    """The generations of ``prompts`` on vLLM (seed = position), asked at once and again in two calls of half
-    each (second half first): a row's sample must not depend on what it is batched with."""
+def vllm_generations(vllm_python, model, adapter, *asked: tuple[list[str], float]) -> list[list[str]]:
+    """The generations on vLLM of each (prompts, temperature) asked (seed = position), from one load; each set
+    asked at once and again in two calls of half each (second half first): a row's sample must not depend on
+    what it is batched with."""
     from snakeskills.vllm_env import REPO
 
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.run(
-        [str(vllm_python), "-c", VLLM_SNIPPET, str(model), str(adapter or ""), json.dumps(prompts), str(temperature)],
+        [str(vllm_python), "-c", VLLM_SNIPPET, str(model), str(adapter or ""), json.dumps(asked)],
         capture_output=True,
         text=True,
         env=environment,
         timeout=900,
     )
     assert process.returncode == 0, process.stderr[-4000:]
-    whole, halves = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
-    assert whole == halves
-    return whole
+    answers = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    for whole, halves in answers:
+        assert whole == halves
+    return [whole for whole, _ in answers]
+
+
+ADDITIONS = [f"{a}+{b}=" for a, b in [(12, 30), (45, 45), (7, 88), (99, 1), (23, 64), (50, 17)]]
+# 300 prompts of about 40 tokens: more prompt tokens than one engine step takes (4096)
+LONG_PROMPTS = [f"{a}+{b}={a}+{b}={a}+{b}={a}+{b}=" for a in range(20) for b in range(15)]
+
+
+@pytest.fixture(scope="module")
+def base_model_on_vllm(vllm_run, vllm_python) -> dict[str, list[str]]:
+    """The bootstrapped base model's greedy answers to ``ADDITIONS`` and its samples of ``LONG_PROMPTS``, one load."""
+    additions, long = vllm_generations(
+        vllm_python, vllm_run / RESULTS / "models/base/checkpoint", None, (ADDITIONS, 0.0), (LONG_PROMPTS, 1.0)
+    )
+    return {"additions": additions, "long": long}
 
 
 @pytest.mark.slow
-def test_a_merged_checkpoint_generates_on_vllm_as_base_plus_adapter(vllm_run, vllm_python):
+def test_a_merged_checkpoint_generates_on_vllm_as_base_plus_adapter(vllm_run, vllm_python, base_model_on_vllm):
     models = vllm_run / RESULTS / "models"
-    prompts = [f"{a}+{b}=" for a, b in [(12, 30), (45, 45), (7, 88), (99, 1), (23, 64), (50, 17)]]
-    with_adapter = vllm_generations(vllm_python, models / "base/checkpoint", models / "round1/adapter", prompts)
-    merged = vllm_generations(vllm_python, models / "round1/merged", None, prompts)
-    base = vllm_generations(vllm_python, models / "base/checkpoint", None, prompts)
+    asked = (ADDITIONS, 0.0)
+    [with_adapter] = vllm_generations(vllm_python, models / "base/checkpoint", models / "round1/adapter", asked)
+    [merged] = vllm_generations(vllm_python, models / "round1/merged", None, asked)
     assert with_adapter == merged
-    assert with_adapter != base  # the adapter is applied, not ignored
+    assert with_adapter != base_model_on_vllm["additions"]  # the adapter is applied, not ignored
     assert sum(text.startswith("\\boxed{") for text in with_adapter) >= 5
 
 
@@ -381,9 +398,9 @@ def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_seeded_samples_of_many_long_prompts_do_not_depend_on_their_batch(vllm_run, vllm_python):
-    """300 sampled prompts of about 40 tokens: more prompt tokens than one engine step takes (4096), which on a
-    CPU killed vLLM's engine when it split a seeded prompt over two steps (chunked prefill; vllm.cpu_scheduling)."""
-    prompts = [f"{a}+{b}={a}+{b}={a}+{b}={a}+{b}=" for a in range(20) for b in range(15)]
-    generations = vllm_generations(vllm_python, vllm_run / RESULTS / "models/base/checkpoint", None, prompts, 1.0)
+def test_seeded_samples_of_many_long_prompts_do_not_depend_on_their_batch(base_model_on_vllm):
+    """Sampled long prompts, more prompt tokens than one engine step takes: on a CPU vLLM's engine died when it
+    split a seeded prompt over two steps (chunked prefill; vllm.cpu_scheduling). ``vllm_generations`` asks them
+    at once and in two halves, second half first, and finds the same samples."""
+    generations = base_model_on_vllm["long"]
     assert len(generations) == 300 and len(set(generations)) > 10
