@@ -73,9 +73,9 @@ def test_jobs_share_one_load_and_get_the_same_samples_as_a_direct_load(tiny_chec
         second.close()
     assert first_results == second_results == expected
     assert caplog.text.count("started model server") == 1
-    assert "2 jobs so far) serves this job" in caplog.text
+    assert "serves this job (job 2 on load " in caplog.text
     # each job's log names the model it generated with, as a job that loads it itself does
-    assert caplog.text.count(f"serves this job: loaded model {tiny_checkpoint} on cpu in float32") == 2
+    assert caplog.text.count(f"): loaded model {tiny_checkpoint} on cpu in float32") == 2
     socket_path, _, log_path = server_paths(directory, first.options)
     assert log_path.read_text().count("loaded model for") == 1
     # the server exits once idle and removes its socket

@@ -122,10 +122,10 @@ class SharedModelBackend:
             raise SnakeskillsError(f"could not get a model server to accept this job; see {self.server_log}")
         self.server_pid = hello["pid"]
         logger.info(
-            "model server pid %d (load %s, %d jobs so far) serves this job: loaded %s",
+            "model server pid %d serves this job (job %d on load %s): loaded %s",
             hello["pid"],
-            hello["load_id"],
             hello["jobs"],
+            hello["load_id"],
             hello["loaded"],
         )
 
