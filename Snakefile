@@ -38,16 +38,14 @@ if SYNTHESIS is not None:
 include: "rules/sft.smk"
 
 
-if "dpo" in config["methods"]:
+# each other training method's data rule (rules/<method>.smk), then one training rule per method
+for method in config["methods"]:
+    if method != "sft":
 
-    include: "rules/dpo.smk"
-
-
-if "grpo" in config["methods"]:
-
-    include: "rules/grpo.smk"
+        include: f"rules/{method}.smk"
 
 
+include: "rules/train.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
 

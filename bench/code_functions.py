@@ -111,7 +111,7 @@ def write_run(description: str, rows, config) -> None:
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows(split)), encoding="utf-8")
     (folder / "config.yaml").write_text(yaml.safe_dump(config(folder), sort_keys=False), encoding="utf-8")
     print(
-        "python3 -m snakeskills.pretrained smollm2-135m-instruct --link models/SmolLM2-135M-Instruct\n"
+        "python3 -m snakeskills.models.pretrained smollm2-135m-instruct --link models/SmolLM2-135M-Instruct\n"
         f"python3 -m snakemake --configfile {folder / 'config.yaml'} -c all"
     )
 

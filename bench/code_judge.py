@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakeskills.judge import judge_records
+from snakeskills.judging.judge import judge_records
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_SECONDS = 2.0

@@ -5,7 +5,7 @@ and time.
 Usage: python bench/demo_kernels.py [--seeds 0 1 2 3 4] [--kernels native avx2 generic] [--cores 2]
            [--output bench/results/demo_kernels.json]
 Runs the real `snakemake` on config/config.yaml, ``tiny_model.seed`` set, in a scratch folder per run and the
-kernels' environment (snakeskills.workflow.CPU_KERNELS); prints a Markdown table and writes the figures as JSON.
+kernels' environment (snakeskills.job.CPU_KERNELS); prints a Markdown table and writes the figures as JSON.
 About 2-4 minutes a run on 2 cores.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from snakeskills.tiny_model import BOOTSTRAP_METRICS_FILE
-from snakeskills.workflow import CPU_KERNELS, machine_cpu_kernels, snakemake_command
+from snakeskills.job import CPU_KERNELS, machine_cpu_kernels, snakemake_command
+from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = "results/tiny-arithmetic"

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import HFBackend, compiled_decoding_step
-from snakeskills.tiny_model import save_random_llama
+from snakeskills.training.tiny_model import save_random_llama
 
 REPO = Path(__file__).resolve().parent.parent
 VOCABULARY = 151_936
@@ -171,7 +171,7 @@ def smollm2_workload(arguments, device: str, folder: Path):
     prompts (the generic-math prompt): prompts differ in length and rows end at their own EOS, as in a run."""
     from snakeskills.backends import build_request
     from snakeskills.data.synthetic import arithmetic_splits
-    from snakeskills.pretrained import packaged_model_folder
+    from snakeskills.models.pretrained import packaged_model_folder
     from snakeskills.prompts import resolve_prompt
 
     dtype = arguments.dtype or ("bfloat16" if device.startswith("cuda") else "float32")

@@ -25,7 +25,7 @@ per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=240
 $step python3 -m pytest tests/gpu -o addopts= --confcutdir=tests/gpu -p no:cacheprovider -v -rs --durations=0 \
     $per_test || status=$?
 $step python3 bench/generation.py --workload random --compile --repeats 2 --one-by-one 4 || status=$?
-if python3 -c "from snakeskills.pretrained import packaged_model_folder as f; f('smollm2-135m-instruct')" 2>/dev/null; then
+if python3 -c "from snakeskills.models.pretrained import packaged_model_folder as f; f('smollm2-135m-instruct')" 2>/dev/null; then
     $step python3 bench/generation.py --workload smollm2 --compile --repeats 1 || status=$?
     $step python3 bench/sft.py --device cuda --examples 512 --batch-size 32 || status=$?
 else

@@ -19,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from snakeskills.judge import judge_records, quick_verdict
+from snakeskills.judging.judge import judge_records, quick_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 

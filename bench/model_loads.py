@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from snakeskills.workflow import snakemake_command
+from snakeskills.job import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = "results/tiny-arithmetic"

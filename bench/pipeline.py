@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakeskills.workflow import snakemake_command
+from snakeskills.job import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 

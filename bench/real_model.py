@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline import REPO, snakemake
 
-from snakeskills.pretrained import link_folder, packaged_model_folder
+from snakeskills.models.pretrained import link_folder, packaged_model_folder
 
 EXAMPLE = REPO / "config/examples/smollm2-135m-instruct-arithmetic.yaml"
 RESULTS = "results/smollm2-135m-instruct-arithmetic"

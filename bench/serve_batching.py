@@ -9,7 +9,7 @@ helps depends on the server: plain `transformers serve` decodes one request at a
 on the CPU (``--device cpu``) and sends the same ``--requests`` short chat requests (a 2-digit sum, 10 new tokens
 at most, temperature 0.7) at each ``--concurrency``, after one warm-up request, and reports seconds per request
 and the ratio against one request at a time without batching. The model defaults to the converted
-SmolLM2-135M-Instruct (``python3 -m snakeskills.pretrained smollm2-135m-instruct``).
+SmolLM2-135M-Instruct (``python3 -m snakeskills.models.pretrained smollm2-135m-instruct``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "bench/results/serve_batching-cpu.json")
     arguments = parser.parse_args()
     if arguments.model is None:
-        from snakeskills.pretrained import packaged_model_folder
+        from snakeskills.models.pretrained import packaged_model_folder
 
         arguments.model = packaged_model_folder("smollm2-135m-instruct")
     results = {

@@ -4,10 +4,10 @@ Usage: python bench/sft.py [--examples 128] [--epochs 1] [--batch-size 16] [--de
        [--output bench/results/sft-<device>.json]
 
 Three runs: ``lora`` (``model.dtype: auto``: the frozen base in float32 on a CPU, bfloat16 on a GPU that has it,
-as ``snakeskills.models``' FROZEN_BASE policy says), ``lora-bf16`` (``model.dtype: bfloat16``: the base in
+as ``snakeskills.models.loading``' FROZEN_BASE policy says), ``lora-bf16`` (``model.dtype: bfloat16``: the base in
 bfloat16, which is what a LoRA got on every device before that policy) and ``full``.
 
-Both runs go through the product's own path (``snakeskills.sft.train_sft``, as the sft rule calls it) on
+Both runs go through the product's own path (``snakeskills.training.sft.train``, as the sft rule calls it) on
 SmolLM2-135M-Instruct (the packaged real model, converted once per machine): chat-template prompts of
 2-digit additions with a one-line worked answer, ``sft.lora`` r 16 / alpha 32 on all linear layers against
 ``sft.method: full`` (float32 weights, saved in bfloat16). Each method runs in its own process, so the peak
@@ -64,10 +64,11 @@ def train_one(variant: str, data: str, epochs: float, batch_size: int, device: s
     """One training run in this process; returns its figures."""
     import torch
 
+    from snakeskills.models.pretrained import packaged_model_folder
     from snakeskills.plan.config import default_config
-    from snakeskills.pretrained import packaged_model_folder
-    from snakeskills.sft import train_sft
-    from snakeskills.training import tokenize_prompt_completion
+    from snakeskills.training.rounds import RoundRun
+    from snakeskills.training.sft import tokenize_prompt_completion
+    from snakeskills.training.sft import train as train_sft
 
     method, dtype = VARIANTS[variant]
     model = str(packaged_model_folder("smollm2-135m-instruct"))
@@ -75,28 +76,30 @@ def train_one(variant: str, data: str, epochs: float, batch_size: int, device: s
         output = Path(scratch) / "tuned"
         start = time.perf_counter()
         metrics = train_sft(
-            method=method,
-            base_model_path=model,
-            sft_data_path=data,
-            output_dir=output,
-            lora=LORA if method == "lora" else None,
-            training={
-                **default_config()["sft"]["training"],
-                **{"num_epochs": epochs, "learning_rate": 1e-4, "batch_size": batch_size, "max_length": 256},
-            },
-            chat_template=True,
-            chat_template_kwargs={},
-            seed=0,
-            threads=len(os.sched_getaffinity(0)),
-            dtype=dtype,
-            trust_remote_code=False,
+            RoundRun(
+                weights=method,
+                base_model_path=model,
+                data_path=data,
+                output_dir=output,
+                lora=LORA if method == "lora" else None,
+                training={
+                    **default_config()["sft"]["training"],
+                    **{"num_epochs": epochs, "learning_rate": 1e-4, "batch_size": batch_size, "max_length": 256},
+                },
+                chat_template=True,
+                chat_template_kwargs={},
+                seed=0,
+                threads=len(os.sched_getaffinity(0)),
+                dtype=dtype,
+                trust_remote_code=False,
+            )
         )
         wall = time.perf_counter() - start
         saved_bytes = sum(path.stat().st_size for path in output.iterdir() if path.suffix == ".safetensors")
     from transformers import AutoTokenizer
 
     from snakeskills.io import iter_jsonl
-    from snakeskills.sft import to_prompt_completion
+    from snakeskills.training.sft import to_prompt_completion
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     examples = [

@@ -6,9 +6,9 @@ Writes ``seeds`` judged JSONL files of ``problems`` rows each into a scratch fol
 same arguments give the same bytes), with the fields the judge writes: a problem and a generation of a few
 hundred characters, expected_answer, predicted_answer (null for about 5 %), symbolic_correct,
 judge_correct, num_generated_tokens, finish_reason, random_seed. Then, in the same run and over the same
-files, it times (a) ``snakeskills.summarize.summarize_benchmark`` (the median of ``--repeats`` runs; the
+files, it times (a) ``snakeskills.results.summarize.summarize_benchmark`` (the median of ``--repeats`` runs; the
 best run is reported too) and (b) the plain per-row implementation
-``snakeskills.metrics_reference.reference_summarize`` (once), checks that both give the same metrics,
+``snakeskills.results.metrics_reference.reference_summarize`` (once), checks that both give the same metrics,
 prints a table and writes the figures as JSON.
 """
 
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from snakeskills import summarize
-from snakeskills.metrics_reference import read_judged_problems, reference_summarize
-from snakeskills.summarize import summarize_benchmark
+from snakeskills.results import summarize
+from snakeskills.results.metrics_reference import read_judged_problems, reference_summarize
+from snakeskills.results.summarize import summarize_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 

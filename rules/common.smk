@@ -1,5 +1,5 @@
 # Validation, the plan, and input functions. Every decision (checks, models, rounds, which samples feed which SFT,
-# seeds, each job's settings, GPUs and env) is made by the snakeskills.plan package, which tests/test_plan.py
+# seeds, each job's settings, GPUs and env) is made by the snakeskills.plan package, which tests/unit/test_plan.py
 # covers without Snakemake; the rules read file patterns from LAYOUT (snakeskills.plan.layout.Layout).
 import os
 import sys
@@ -8,17 +8,17 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from snakeskills.data.specs import local_source_files, preparing_spec
-from snakeskills.gpus import planning_for_gpu_nodes
+from snakeskills.backends.gpus import planning_for_gpu_nodes
 from snakeskills.plan.checks import check_code_sandbox, check_config, check_devices
 from snakeskills.plan.config import prepare_config
 from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
-from snakeskills.plan.training import TUNED_MODEL_PATTERN
+from snakeskills.training.methods import TRAINING_METHODS
 from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, benchmark_prompt, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
-from snakeskills.workflow import JobSettings
+from snakeskills.job import JobSettings
 
 min_version("9.0")
 
@@ -188,8 +188,21 @@ def training_settings(wildcards):
     return PLAN.training_for(wildcards.model).training_config(gpus_available())
 
 
+def training_data(method):
+    """The data file a method's rounds train on (its data rule's output)."""
+    return getattr(LAYOUT, TRAINING_METHODS[method].data)
+
+
+def training_judging(wildcards):
+    """Each train benchmark's rule-based judge settings and the student's parse_reasoning settings, for a method
+    rewarded online by the judge (grpo); none for the others."""
+    if not PLAN.training_for(wildcards.model).method.judges_rewards:
+        return {}
+    return {"judges": grpo_judges(wildcards), "reasoning": student_reasoning(wildcards)}
+
+
 def previous_model_train_files(wildcards):
-    """The previous model's judged train samples a dpo or grpo round's data is made from."""
+    """The previous model's judged train samples a dpo, kto or grpo round's data is made from."""
     return [path for _, path in PLAN.previous_model_train_files(wildcards.model)]
 
 

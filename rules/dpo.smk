@@ -16,37 +16,8 @@ rule preference_pairs:
     log:
         LOGS / "preference_pairs/{model}.log",
     wildcard_constraints:
-        model=TUNED_MODEL_PATTERN["dpo"],
+        model=TRAINING_METHODS["dpo"].tuned_model_pattern,
     conda:
         "../envs/judge.yaml"
     script:
         "../scripts/preference_pairs.py"
-
-
-# dpo.method lora writes an adapter (models/dpo-round{r}/adapter), full a checkpoint
-rule dpo:
-    input:
-        pairs=LAYOUT.preference_pairs,
-        model=PLAN.base_model_inputs(),
-        init=training_init,
-    output:
-        tuned=directory(PLAN.training_output("dpo")),
-    params:
-        model_path=base_model_path,
-        model=config["model"],
-        dpo=training_settings,
-        chat_template=config["prompt"]["chat_template"],
-        chat_template_kwargs=config["prompt"]["chat_template_kwargs"],
-    log:
-        LOGS / "dpo/{model}.log",
-    wildcard_constraints:
-        model=TUNED_MODEL_PATTERN["dpo"],
-    threads: workflow.cores
-    resources:
-        gpu=training_job_gpus,
-        mem_mb=PLAN.training_resources("dpo")["mem_mb"],
-        runtime=PLAN.training_resources("dpo")["runtime"],
-    conda:
-        "../envs/training.yaml"
-    script:
-        "../scripts/dpo.py"

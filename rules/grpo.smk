@@ -13,39 +13,8 @@ rule rl_problems:
     log:
         LOGS / "rl_problems/{model}.log",
     wildcard_constraints:
-        model=TUNED_MODEL_PATTERN["grpo"],
+        model=TRAINING_METHODS["grpo"].tuned_model_pattern,
     conda:
         "../envs/judge.yaml"
     script:
         "../scripts/rl_problems.py"
-
-
-# grpo.method lora writes an adapter (models/grpo-round{r}/adapter), full a checkpoint
-rule grpo:
-    input:
-        problems=LAYOUT.rl_problems,
-        model=PLAN.base_model_inputs(),
-        init=training_init,
-    output:
-        tuned=directory(PLAN.training_output("grpo")),
-    params:
-        model_path=base_model_path,
-        model=config["model"],
-        grpo=training_settings,
-        judges=grpo_judges,
-        reasoning=student_reasoning,
-        chat_template=config["prompt"]["chat_template"],
-        chat_template_kwargs=config["prompt"]["chat_template_kwargs"],
-    log:
-        LOGS / "grpo/{model}.log",
-    wildcard_constraints:
-        model=TUNED_MODEL_PATTERN["grpo"],
-    threads: workflow.cores
-    resources:
-        gpu=training_job_gpus,
-        mem_mb=PLAN.training_resources("grpo")["mem_mb"],
-        runtime=PLAN.training_resources("grpo")["runtime"],
-    conda:
-        "../envs/training.yaml"
-    script:
-        "../scripts/grpo.py"

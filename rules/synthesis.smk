@@ -1,4 +1,4 @@
-# Problem synthesis (config key synthesis; snakeskills/synthesis.py), included when synthesis is on: before round r,
+# Problem synthesis (config key synthesis; snakeskills/synthesis/problems.py), included when synthesis is on: before round r,
 # a writer writes new problems from train problems, which are parsed, filtered and decontaminated, answered by a
 # solver through the generate rule, and labelled by majority vote into the split LAYOUT.synthesized. What each step
 # reads and runs with is SYNTHESIS's (snakeskills.plan.synthesis.SynthesisPlan).

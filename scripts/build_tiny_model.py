@@ -1,6 +1,6 @@
 from snakeskills.io import read_jsonl
-from snakeskills.tiny_model import build_and_bootstrap
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.training.tiny_model import build_and_bootstrap
 
 with script_logging(snakemake.log[0]) as logger:
     tiny = snakemake.params.tiny_model

@@ -1,6 +1,6 @@
-from snakeskills.method_comparison import training_cost
-from snakeskills.summarize import write_comparison
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.comparison import write_comparison
+from snakeskills.results.method_comparison import training_cost
 
 with script_logging(snakemake.log[0]) as logger:
     tuned = snakemake.params.tuned_models  # {model: (method, round)}

@@ -1,5 +1,5 @@
-from snakeskills.sft import merge_adapter
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.models.merge import merge_adapter
 
 with script_logging(snakemake.log[0]) as logger:
     merge_adapter(

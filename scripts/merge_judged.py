@@ -1,5 +1,5 @@
 from snakeskills.io import concatenate_jsonl
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
     rows = concatenate_jsonl(list(snakemake.input), snakemake.output[0])

@@ -1,5 +1,5 @@
-from snakeskills.report import plot_generation_lengths, read_generation_lengths
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.report import plot_generation_lengths, read_generation_lengths
 
 with script_logging(snakemake.log[0]) as logger:
     lengths = read_generation_lengths(list(snakemake.input), snakemake.params.runs)

@@ -1,6 +1,6 @@
 from snakeskills.io import read_json
-from snakeskills.report import describe_pass_at_1, plot_pass_at_1
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.report import describe_pass_at_1, plot_pass_at_1
 
 with script_logging(snakemake.log[0]) as logger:
     summary = read_json(snakemake.input.summary)

@@ -1,6 +1,6 @@
 from snakeskills.io import read_json
-from snakeskills.report import plot_pass_at_k
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.report import plot_pass_at_k
 
 with script_logging(snakemake.log[0]) as logger:
     plot_pass_at_k(read_json(snakemake.input.summary), snakemake.output.plot)

@@ -1,5 +1,5 @@
-from snakeskills.report import plot_sft_examples, read_sft_stats
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.report import plot_sft_examples, read_sft_stats
 
 with script_logging(snakemake.log[0]) as logger:
     stats = read_sft_stats(list(snakemake.input), snakemake.params.rounds)

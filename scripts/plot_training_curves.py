@@ -1,5 +1,5 @@
-from snakeskills.report import plot_training_curves, read_training_histories
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.report import plot_training_curves, read_training_histories
 
 with script_logging(snakemake.log[0]) as logger:
     histories = read_training_histories(list(snakemake.input), snakemake.params.models)

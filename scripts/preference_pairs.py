@@ -1,5 +1,5 @@
-from snakeskills.preference import write_pairwise_exports, write_preference_pairs
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.training.preference_pairs import write_pairwise_exports, write_preference_pairs
 
 with script_logging(snakemake.log[0]) as logger:
     counts = write_preference_pairs(

@@ -1,6 +1,6 @@
 from snakeskills.data.prepare import prepare_split
 from snakeskills.io import write_jsonl
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
     records = prepare_split(

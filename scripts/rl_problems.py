@@ -1,5 +1,5 @@
-from snakeskills.training_problems import write_rl_problems
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.training.rl_problems import write_rl_problems
 
 with script_logging(snakemake.log[0]) as logger:
     counts = write_rl_problems(

@@ -1,6 +1,6 @@
-from snakeskills.run_warnings import sft_warnings
-from snakeskills.sft import write_sft_dataset, write_sft_exports
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.run_warnings import sft_warnings
+from snakeskills.training.sft_data import write_sft_dataset, write_sft_exports
 
 with script_logging(snakemake.log[0]) as logger:
     counts = write_sft_dataset(

@@ -1,7 +1,7 @@
 from snakeskills.io import read_json
-from snakeskills.run_warnings import metrics_warnings
-from snakeskills.summarize import write_benchmark_summary
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.results.run_warnings import metrics_warnings
+from snakeskills.results.summarize import write_benchmark_summary
 
 with script_logging(snakemake.log[0]) as logger:
     benchmark = snakemake.wildcards.benchmark

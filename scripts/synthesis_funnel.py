@@ -1,5 +1,5 @@
-from snakeskills.synthesis_funnel import write_funnel
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.synthesis.funnel import write_funnel
 
 with script_logging(snakemake.log[0]) as logger:
     rows = write_funnel(

@@ -1,5 +1,5 @@
-from snakeskills.majority_labels import exact_answer_function, write_labels
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.synthesis.majority_labels import exact_answer_function, write_labels
 
 with script_logging(snakemake.log[0]):
     write_labels(

@@ -1,5 +1,5 @@
-from snakeskills.synthesis import write_problems
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
+from snakeskills.synthesis.problems import write_problems
 
 with script_logging(snakemake.log[0]):
     write_problems(

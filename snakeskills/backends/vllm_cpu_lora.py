@@ -8,9 +8,9 @@ a whole context never ends within vLLM's RPC timeout; one matrix product per ada
 
 ``register`` replaces those kernels by ``grouped_product``: the tokens of each adapter index in one product (one
 index, and so one product, in a job of one adapter). It is a vLLM general plugin (entry point
-``vllm.general_plugins``, written into the environment ``snakeskills.vllm_env`` creates), which vLLM loads in every
-process it starts, its engine process included. Results equal vLLM's kernels up to float rounding
-(tests/test_vllm.py compares them). On GPUs vLLM uses its Triton kernels, which this leaves alone.
+``vllm.general_plugins``, written into the environment ``snakeskills.backends.vllm_env`` creates), which vLLM
+loads in every process it starts, its engine process included. Results equal vLLM's kernels up to float rounding
+(tests/external/test_vllm.py compares them). On GPUs vLLM uses its Triton kernels, which this leaves alone.
 """
 
 from __future__ import annotations

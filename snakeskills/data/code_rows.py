@@ -120,7 +120,7 @@ def case_fields(value, *, name: str, where: str) -> dict:
     ``{input: [...], output: [...]}`` (CodeContests), each possibly JSON text; or, for APPS' call-based cases (with
     ``fn_name``: each input is the arguments of a call), ``call_cases`` (the function, each call's arguments and
     expected value). LiveCodeBench's functional cases are refused (their function's name is not in the cases)."""
-    from snakeskills.code_execution import call_cases
+    from snakeskills.judging.code_execution import call_cases
 
     value = _decoded(value, name=name, where=where)
     function_name = None
@@ -197,8 +197,8 @@ def check_reference_solutions(records: list[dict], *, key: str, where: str, thre
     """Each row's reference solution must pass its own tests (run as answers are): a tests, setup or run key
     reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong. They come
     with the dataset, not from a model: they run in the sandbox where bubblewrap can start, else without one."""
-    from snakeskills.code_execution import row_check, run_many
-    from snakeskills.sandbox import sandbox_problem
+    from snakeskills.judging.code_execution import row_check, run_many
+    from snakeskills.judging.sandbox import sandbox_problem
 
     checked = [record for record in records if record.get("reference_solution")]
     checks = [row_check(record["reference_solution"], record) for record in checked]

@@ -1,5 +1,5 @@
 """The plan: config checks and every decision the workflow's DAG is built from, as plain functions and objects
-testable without Snakemake (tests/test_plan.py). ``rules/common.smk`` calls them; mistakes raise
+testable without Snakemake (tests/unit/test_plan.py). ``rules/common.smk`` calls them; mistakes raise
 ``SnakeskillsError`` naming the config key, before any job runs. One module per concept:
 
 - ``config``: loading the config: presets, the JSON schema and its defaults, a violation in one or two lines;

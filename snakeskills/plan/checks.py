@@ -20,8 +20,9 @@ from snakeskills.plan.sections import (
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.training import check_methods
-from snakeskills.plan.values import check_batch_divides, check_model_name, check_regex
+from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.registry import is_user_function, load_user_function
+from snakeskills.training.trainer import check_batch_divides
 
 
 def check_config(config: dict, *, gpus_available: bool) -> None:
@@ -66,7 +67,7 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
 def check_code_sandbox(config: dict) -> None:
     """With a code benchmark, the sandbox its programs run in (judge.sandbox) must start on the planning node:
     stop before any generation runs, not in the first judge job."""
-    from snakeskills.sandbox import check_sandbox
+    from snakeskills.judging.sandbox import check_sandbox
 
     if any(is_code_benchmark(config, benchmark) for benchmark in config["benchmarks"]):
         check_sandbox(config["judge"]["sandbox"])
@@ -74,7 +75,7 @@ def check_code_sandbox(config: dict) -> None:
 
 def _check_metrics(config: dict) -> None:
     """Each benchmark's named metrics: a user's function must import and take its options now, not in summarize."""
-    from snakeskills.named_metrics import check_metric
+    from snakeskills.results.named_metrics import check_metric
 
     for benchmark in config["benchmarks"]:
         for spec in benchmark_metrics(config, benchmark).values():
@@ -119,7 +120,7 @@ def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: di
             f"chat template's variables; set {key}.chat_template: true or drop them"
         )
     if reader["model"] is config["model"] and config["model"]["build_tiny"]:
-        from snakeskills.tiny_model import CHAT_TEMPLATE
+        from snakeskills.training.tiny_model import CHAT_TEMPLATE
 
         template, source = CHAT_TEMPLATE, "the tiny model"
     else:

@@ -22,6 +22,8 @@ import json
 import math
 from pathlib import Path
 
+from snakeskills.training.methods import training_method
+
 MB = 2**20
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # a model whose size cannot be known when the plan is made (a folder written by the run itself)
@@ -103,10 +105,10 @@ def sampling_job_resources(model: dict, generation: dict, config: dict) -> dict:
 
 
 def training_job_resources(config: dict, method: str = "sft") -> dict:
-    """``mem_mb`` and ``runtime`` of a training job of ``method`` (sft, dpo, grpo): the student's model, the section's
-    method (lora or full) and its training length. DPO holds a reference model (none with lora: the adapter is
-    switched off) and runs four forward passes per pair; GRPO also samples num_generations completions per problem,
-    so its runtime grows with the completions it draws."""
+    """``mem_mb`` and ``runtime`` of a training job of ``method`` (a training method's name): the student's model,
+    the section's weights (lora or full) and its training length. DPO and KTO hold a reference model (none with lora:
+    the adapter is switched off) and run extra forward passes; GRPO also samples num_generations completions per
+    problem, so its runtime grows with the completions it draws (``TrainingMethod.memory_factor``)."""
     size = model_size(config["model"], config)
     if size is None:
         return dict(UNKNOWN)
@@ -114,12 +116,15 @@ def training_job_resources(config: dict, method: str = "sft") -> dict:
     section = config[method]
     full = section["method"] == "full"
     memory = 4000 + 20 * parameters / MB if full else 4000 + 3 * parameters * dtype_bytes / MB
-    if full and method != "sft" and section["beta"] > 0:  # a frozen reference copy
+    entry = training_method(method)
+    if full and entry.frozen_reference and section["beta"] > 0:  # a frozen reference copy
         memory += parameters * dtype_bytes / MB
     training = section["training"]
     epochs = math.ceil(training["num_epochs"]) if training.get("max_steps") is None else 1
-    factor = {"sft": 1, "dpo": 2, "grpo": 4}[method]
-    return {"mem_mb": _rounded_mb(memory), "runtime": 30 + math.ceil(60 * factor * parameters / 1e9 * epochs)}
+    return {
+        "mem_mb": _rounded_mb(memory),
+        "runtime": 30 + math.ceil(60 * entry.memory_factor * parameters / 1e9 * epochs),
+    }
 
 
 def with_overrides(rule: str, estimate: dict, config: dict) -> dict:

@@ -58,6 +58,8 @@ class Layout:
     preference_pairwise: str = "dpo/{model}/pairwise.json"
     preference_dataset_info: str = "dpo/{model}/dataset_info.json"
     # a grpo round's train problems (pass-rate filtered) and their counts
+    kto_samples: str = "kto/{model}/samples.jsonl"
+    kto_stats: str = "kto/{model}/stats.json"
     rl_problems: str = "grpo/{model}/problems.jsonl"
     rl_stats: str = "grpo/{model}/stats.json"
     # problem synthesis, per round and train benchmark: the writer's sources, the parsed and filtered new problems,

@@ -11,8 +11,9 @@ from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
-from snakeskills.plan.training import TrainingPlan, tuned_model_name, tuned_model_parts
+from snakeskills.plan.training import TrainingPlan
 from snakeskills.prompts import resolve_prompt
+from snakeskills.training.methods import TRAINING_METHODS, tuned_model_parts
 
 
 class Plan:
@@ -25,7 +26,9 @@ class Plan:
         self.methods: list[str] = list(config["methods"])
         # each training method's rounds, one chain per method from the same base model, in config order
         self.tuned_models = [
-            tuned_model_name(method, r) for method in self.methods for r in range(1, config["rounds"] + 1)
+            TRAINING_METHODS[method].tuned_model_name(r)
+            for method in self.methods
+            for r in range(1, config["rounds"] + 1)
         ]
         self.models = [self.base_model, *self.tuned_models]
         self.benchmarks = list(config["benchmarks"])
@@ -55,7 +58,7 @@ class Plan:
         """The model ``model`` was trained after: the base model for a method's round 1, else the same method's
         previous round."""
         method, round_number = self.tuned_parts(model)
-        return self.base_model if round_number == 1 else tuned_model_name(method, round_number - 1)
+        return self.base_model if round_number == 1 else TRAINING_METHODS[method].tuned_model_name(round_number - 1)
 
     @staticmethod
     def tuned_parts(model: str) -> tuple[str, int]:
@@ -363,16 +366,15 @@ class Plan:
         return [self.layout.sft_stats.format(model=model) for model in self.method_models("sft")]
 
     def training_data_stats(self, model: str) -> str:
-        """What a tuned model's training data counted: its SFT examples, DPO pairs or GRPO problems (stats.json)."""
-        pattern = {"sft": self.layout.sft_stats, "dpo": self.layout.preference_stats, "grpo": self.layout.rl_stats}
-        return pattern[self.tuned_parts(model)[0]].format(model=model)
+        """What a tuned model's training data counted (its method's stats.json: SFT examples, DPO pairs, ...)."""
+        return getattr(self.layout, TRAINING_METHODS[self.tuned_parts(model)[0]].stats).format(model=model)
 
     def method_comparisons(self) -> list[tuple[str, str]]:
         """(model, other) pairs of the same round trained by different methods, each later method against each
         earlier one in ``methods`` order (a paired comparison on the eval split)."""
         pairs = []
         for round_number in range(1, self.config["rounds"] + 1):
-            models = [tuned_model_name(method, round_number) for method in self.methods]
+            models = [TRAINING_METHODS[method].tuned_model_name(round_number) for method in self.methods]
             pairs += [(model, other) for index, model in enumerate(models) for other in models[:index]]
         return pairs
 

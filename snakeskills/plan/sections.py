@@ -3,8 +3,7 @@ settings its answers are judged with, and every generation section in use."""
 
 from __future__ import annotations
 
-# judge.extraction's multiple-choice readers (snakeskills.judge): an option letter, judged by letter equality
-MULTICHOICE = ("multichoice", "multichoice-strict")
+from snakeskills.judging.judge import MULTICHOICE
 
 
 def generation_sections(config: dict) -> dict[str, dict]:

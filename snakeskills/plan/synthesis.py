@@ -4,18 +4,29 @@ only when synthesis is on; the core plan asks it about the synthesis splits' see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.job_resources import sampling_job_resources, with_overrides
-from snakeskills.plan.layout import synthesis_split, synthesis_split_part
+from snakeskills.plan.layout import Layout, synthesis_split, synthesis_split_part
 from snakeskills.plan.sections import MULTICHOICE, benchmark_judge
+from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
 
-if TYPE_CHECKING:
-    from snakeskills.plan.run import Plan
+
+class RunPlan(Protocol):
+    """What the synthesis plan asks of the run's plan (``plan.run.Plan``, which holds the synthesis plan)."""
+
+    layout: Layout
+    teacher: TeacherPlan | None
+
+    def parent_model(self, model: str) -> str: ...
+
+    def seeds(self, model: str, split: str) -> list[int]: ...
+
+    def generated_files(self, model: str, benchmark: str, split: str) -> list[str]: ...
 
 
 def check_synthesis(config: dict) -> None:
@@ -77,7 +88,7 @@ class SynthesisPlan:
     """Who writes and solves each round's new problems, with which seeds and settings, and which files each
     synthesis step reads and writes."""
 
-    def __init__(self, config: dict, plan: Plan):
+    def __init__(self, config: dict, plan: RunPlan):
         self.section = config["synthesis"]
         self.config = config
         self.plan = plan

@@ -20,7 +20,7 @@ import torch
 from snakeskills.backends import GenerationRequest, SamplingParams, build_backend, local_backend_options
 from snakeskills.io import write_jsonl
 from snakeskills.plan.config import default_config, prepare_config
-from snakeskills.tiny_model import build_char_tokenizer, build_tiny_llama, save_random_llama
+from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama, save_random_llama
 
 VOCABULARY = 151_936
 SHAPE = {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8}
@@ -229,9 +229,9 @@ def sft_arguments(tiny_folder, tmp_path, method: str, **training) -> dict:
     rate = 1e-2 if method == "full" else 5e-2  # a LoRA of the tiny model learns slower
     settings = {**default_config()["sft"]["training"], "num_epochs": 8, "learning_rate": rate, "batch_size": 16}
     return {
-        "method": method,
+        "weights": method,
         "base_model_path": str(tiny_folder),
-        "sft_data_path": str(tmp_path / "data.jsonl"),
+        "data_path": str(tmp_path / "data.jsonl"),
         "output_dir": str(tmp_path / method),
         "lora": default_config()["sft"]["lora"] if method == "lora" else None,
         "training": {**settings, "max_length": 16, **training},
@@ -257,12 +257,13 @@ def answers(path, device: str, adapter=None) -> list[str]:
 def test_bf16_training(tiny_folder, tmp_path, device, record, method, checkpointing):
     """LoRA and full SFT in bf16 (training.bf16 auto on a GPU that has it), with and without gradient
     checkpointing: the model learns the answer; steps/s and peak memory are recorded."""
-    from snakeskills.sft import train_sft
+    from snakeskills.training.rounds import RoundRun
+    from snakeskills.training.sft import train as train_sft
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     arguments = sft_arguments(tiny_folder, tmp_path, method, gradient_checkpointing=checkpointing)
-    metrics = train_sft(**arguments)
+    metrics = train_sft(RoundRun(**arguments))
     record(
         f"sft_{method}_{'checkpointing' if checkpointing else 'plain'}",
         {
@@ -283,7 +284,7 @@ def test_bf16_training(tiny_folder, tmp_path, device, record, method, checkpoint
 def test_gpu_claims_with_the_real_nvidia_smi(tmp_path, monkeypatch, record):
     """node_gpus reads the real ``nvidia-smi -L`` (MIG instances by UUID); a claim makes the job see only its
     GPUs, and a second job waits while every GPU is claimed."""
-    from snakeskills import gpus
+    from snakeskills.backends import gpus
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -292,7 +293,11 @@ def test_gpu_claims_with_the_real_nvidia_smi(tmp_path, monkeypatch, record):
     assert len(devices) >= 1 and (len(devices) == torch.cuda.device_count() or devices[0].startswith("MIG-"))
     claimed = gpus.claim_gpus(len(devices), tmp_path)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(claimed) and sorted(claimed) == sorted(devices)
-    waiting = [sys.executable, "-c", f"from snakeskills import gpus; print(gpus.claim_gpus(1, {str(tmp_path)!r}))"]
+    waiting = [
+        sys.executable,
+        "-c",
+        f"from snakeskills.backends import gpus; print(gpus.claim_gpus(1, {str(tmp_path)!r}))",
+    ]
     environment = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(waiting, env=environment, timeout=5, capture_output=True)
@@ -306,10 +311,10 @@ def test_gpu_claims_with_the_real_nvidia_smi(tmp_path, monkeypatch, record):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DDP and FSDP need 2 or more GPUs")
 @pytest.mark.parametrize("distributed", ["ddp", "fsdp"])
 def test_training_across_gpus(tiny_folder, tmp_path, device, record, distributed):
-    from snakeskills.sft import launch_sft
+    from snakeskills.training.rounds import RoundRun, train_round
 
     arguments = {**sft_arguments(tiny_folder, tmp_path, "full"), "distributed": distributed}
-    metrics = launch_sft(arguments, processes=2, on_cpu=False, log_path=tmp_path / "sft.log")
+    metrics = train_round("sft", RoundRun(**arguments, processes=2), {}, log_path=tmp_path / "sft.log")
     record(f"sft_full_{distributed}_2_gpus", {"steps_per_second": metrics["train_steps_per_second"]})
     assert metrics["processes"] == 2
     assert answers(tmp_path / "full", device) == ["7"] * 4

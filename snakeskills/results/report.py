@@ -1,0 +1,398 @@
+"""Plots for the Snakemake report (``snakemake --report report.html``), drawn with matplotlib.
+
+Plain functions: each reads the pipeline's own files (``eval/summary.json``, judged seed files,
+``sft/<round>/stats.json``) or the data loaded from them, and writes one PNG atomically. Figures are
+built without pyplot (no global state, no display needed), so they run in any worker process.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import atomic_open, iter_jsonl, read_json
+from snakeskills.results.named_metrics import is_named_metric
+from snakeskills.results.paired_bootstrap import PAIRED_GAIN
+from snakeskills.training.methods import TRAINING_METHODS, training_method
+
+METRIC = "symbolic_correct"
+# why a judged sample did not become an SFT example (sft/<round>/stats.json keys), in stacking order
+SFT_DROP_REASONS = ("outside_pass_rate", "incorrect", "truncated", "too_long", "duplicate", "over_per_problem_cap")
+_PASS_AT_K = re.compile(r"^pass@(\d+)$")
+_MAJORITY_AT_K = re.compile(r"^majority@(\d+)$")
+
+
+def _figure(num_panels: int, *, panel_width: float = 4.8, height: float = 3.6):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(panel_width * num_panels, height), layout="constrained")
+    axes = figure.subplots(1, num_panels, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def _save(figure, output_path: str | Path) -> None:
+    with atomic_open(output_path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=110)
+
+
+def _model_colors(models: Sequence[str]) -> dict[str, str]:
+    """One colour per model, the same in every plot (base first, then the rounds)."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10"].colors
+    return {model: palette[index % len(palette)] for index, model in enumerate(models)}
+
+
+def _benchmarks(summary: dict) -> list[str]:
+    """The benchmarks of a summary, in order (its named metrics' entries left out)."""
+    names: list[str] = []
+    for benchmarks in summary.values():
+        names.extend(name for name in benchmarks if name not in names and not is_named_metric(name))
+    return names
+
+
+def _largest_k(metrics: dict) -> int:
+    ks = [int(match.group(1)) for mode in metrics if (match := _PASS_AT_K.match(mode))]
+    if not ks:
+        raise SnakeskillsError(f"metrics have no pass@k entries (modes: {sorted(metrics)})")
+    return max(ks)
+
+
+def pass_at_1_points(summary: dict, benchmark: str, metric: str = METRIC) -> list[tuple[str, float, float]]:
+    """(model, pass@1[avg-of-k] in percent, std across seeds in percent) per model, k the largest.
+
+    The error is ``std_dev_across_runs`` of ``<metric>_statistics`` (a fraction, as NeMo-Skills writes
+    it), the spread of the per-seed accuracies; 0 with a single seed.
+    """
+    points = []
+    for model, benchmarks in summary.items():
+        if benchmark not in benchmarks:
+            continue
+        metrics = benchmarks[benchmark]
+        values = metrics[f"pass@1[avg-of-{_largest_k(metrics)}]"]
+        statistics = values.get(f"{metric}_statistics")
+        error = 100.0 * statistics["std_dev_across_runs"] if statistics else 0.0
+        points.append((model, float(values[metric]), error))
+    return points
+
+
+def plot_pass_at_1(summary: dict, output_path: str | Path, metric: str = METRIC) -> None:
+    """pass@1[avg-of-k] of each model (base, round1, ...), one line per benchmark, seed std as error bars."""
+    models = list(summary)
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 1.2 * len(models) + 2.5))
+    for benchmark in _benchmarks(summary):
+        points = pass_at_1_points(summary, benchmark, metric)
+        positions = [models.index(model) for model, _, _ in points]
+        values = [value for _, value, _ in points]
+        line = axis.errorbar(
+            positions, values, yerr=[error for _, _, error in points], marker="o", capsize=4, label=benchmark
+        )
+        for position, value in zip(positions, values, strict=True):
+            axis.annotate(
+                f"{value:.1f}",
+                (position, value),
+                textcoords="offset points",
+                xytext=(10, 0),
+                va="center",
+                fontsize=8,
+                color=line[0].get_color(),
+            )
+    k = _largest_k(next(iter(next(iter(summary.values())).values())))
+    axis.set_xticks(range(len(models)), models)
+    axis.set_xlim(-0.5, len(models) - 0.5)
+    axis.set_xlabel("model (self-improvement round)")
+    axis.set_ylabel(f"pass@1[avg-of-{k}] {metric} (%)")
+    axis.set_title("pass@1 by round (eval split), ± std across seeds")
+    axis.grid(axis="y", alpha=0.3)
+    axis.legend(title="benchmark", fontsize=8)
+    _save(figure, output_path)
+
+
+def gain_points(summary: dict) -> list[tuple[str, str, dict]]:
+    """(model, benchmark, paired entry) of every tuned model's comparison with its base model."""
+    suffix = f"/{PAIRED_GAIN}"
+    return [
+        (model, key.removesuffix(suffix), entry)
+        for model, entries in summary.items()
+        for key, entry in entries.items()
+        if key.endswith(suffix)
+    ]
+
+
+def plot_gains(summary: dict, output_path: str | Path) -> None:
+    """Each tuned model's gain over its base model per benchmark, with its paired-bootstrap interval; a dashed line
+    at 0 (an interval that crosses it shows no evidence of a change)."""
+    points = gain_points(summary)
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 0.9 * len(points) + 2.5))
+    if not points:
+        axis.text(0.5, 0.5, "no tuned model to compare", ha="center", va="center", transform=axis.transAxes)
+        axis.set_axis_off()
+        _save(figure, output_path)
+        return
+    colors = _model_colors(list(summary))
+    for position, (model, _, entry) in enumerate(points):
+        below, above = entry["gain"] - entry["ci_low"], entry["ci_high"] - entry["gain"]
+        axis.errorbar([position], [entry["gain"]], yerr=[[below], [above]], marker="o", capsize=5, color=colors[model])
+        axis.annotate(
+            f"{entry['gain']:+.1f}", (position, entry["gain"]), textcoords="offset points", xytext=(8, 0), fontsize=8
+        )
+    axis.axhline(0, color="grey", linestyle="--", linewidth=1)
+    axis.set_xticks(range(len(points)), [f"{model}\n{benchmark}" for model, benchmark, _ in points], fontsize=8)
+    axis.set_xlim(-0.6, len(points) - 0.4)
+    confidence = round(100 * points[0][2]["confidence"])
+    axis.set_ylabel(f"gain over base model, {METRIC} (points)")
+    axis.set_title(f"gain with its {confidence}% paired-bootstrap interval (eval split)")
+    axis.grid(axis="y", alpha=0.3)
+    _save(figure, output_path)
+
+
+def at_k_curves(metrics: dict, metric: str = METRIC) -> dict[str, list[tuple[int, float]]]:
+    """``{"pass": [(k, value)...], "majority": [(k, value)...]}`` sorted by k (majority starts at k=2)."""
+    curves: dict[str, list[tuple[int, float]]] = {"pass": [], "majority": []}
+    for mode, values in metrics.items():
+        for name, pattern in (("pass", _PASS_AT_K), ("majority", _MAJORITY_AT_K)):
+            match = pattern.match(mode)
+            if match and values.get(metric) is not None:
+                curves[name].append((int(match.group(1)), float(values[metric])))
+    return {name: sorted(points) for name, points in curves.items()}
+
+
+def plot_pass_at_k(summary: dict, output_path: str | Path, metric: str = METRIC) -> None:
+    """pass@k (solid) and majority@k (dashed) against k, one panel per benchmark, one colour per model."""
+    benchmarks = _benchmarks(summary)
+    colors = _model_colors(list(summary))
+    figure, axes = _figure(len(benchmarks))
+    for axis, benchmark in zip(axes, benchmarks, strict=True):
+        largest = 1
+        for model, model_benchmarks in summary.items():
+            if benchmark not in model_benchmarks:
+                continue
+            curves = at_k_curves(model_benchmarks[benchmark], metric)
+            for name, style in (("pass", "-o"), ("majority", "--s")):
+                if curves[name]:
+                    ks, values = zip(*curves[name], strict=True)
+                    largest = max(largest, *ks)
+                    axis.plot(ks, values, style, color=colors[model], markersize=4, label=f"{model} {name}@k")
+        axis.set_xticks(range(1, largest + 1) if largest <= 16 else None)
+        axis.set_xlabel("k (samples per problem)")
+        axis.set_ylabel(f"{metric} (%)")
+        axis.set_title(f"{benchmark}: pass@k and majority@k")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    _save(figure, output_path)
+
+
+def read_generation_lengths(
+    judged_paths: Sequence[str | Path], runs: Sequence[Sequence]
+) -> dict[tuple[str, str], list[int]]:
+    """``num_generated_tokens`` of every row, pooled over seeds: ``{(model, benchmark): [tokens...]}``.
+
+    ``runs[i]`` starts with the (model, benchmark) of ``judged_paths[i]`` (more items, e.g. the seed, are ignored).
+    """
+    if len(judged_paths) != len(runs):
+        raise SnakeskillsError(f"{len(judged_paths)} judged files but {len(runs)} (model, benchmark) labels")
+    lengths: dict[tuple[str, str], list[int]] = {}
+    for path, run in zip(judged_paths, runs, strict=True):
+        tokens = lengths.setdefault((run[0], run[1]), [])
+        for line_number, row in enumerate(iter_jsonl(path), start=1):
+            if "num_generated_tokens" not in row:
+                raise SnakeskillsError(f"{path}: row {line_number} lacks field 'num_generated_tokens'")
+            tokens.append(int(row["num_generated_tokens"]))
+    return lengths
+
+
+def plot_generation_lengths(lengths: dict[tuple[str, str], list[int]], output_path: str | Path) -> None:
+    """Histogram of generated tokens per sample, one panel per benchmark, one outline per model."""
+    from matplotlib.ticker import MaxNLocator
+
+    models = list(dict.fromkeys(model for model, _ in lengths))
+    benchmarks = list(dict.fromkeys(benchmark for _, benchmark in lengths))
+    colors = _model_colors(models)
+    figure, axes = _figure(len(benchmarks))
+    for axis, benchmark in zip(axes, benchmarks, strict=True):
+        pooled = [value for (_, name), values in lengths.items() if name == benchmark for value in values]
+        if not pooled:
+            raise SnakeskillsError(f"no generations of benchmark {benchmark!r} to plot")
+        low, high = min(pooled), max(pooled)
+        width = max(1, -(-(high - low + 1) // 60))  # at most ~60 bins, each a whole number of tokens wide
+        bins = [edge - 0.5 for edge in range(low, high + width + 1, width)]
+        for model in models:
+            values = lengths.get((model, benchmark))
+            if not values:
+                continue
+            mean = sum(values) / len(values)
+            axis.hist(
+                values,
+                bins=bins,
+                histtype="step",
+                linewidth=1.5,
+                color=colors[model],
+                label=f"{model} (mean {mean:.1f}, n={len(values)})",
+            )
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_xlabel("num_generated_tokens")
+        axis.set_ylabel("samples")
+        axis.set_title(f"{benchmark}: generation lengths (eval split)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    _save(figure, output_path)
+
+
+def read_sft_stats(stats_paths: Sequence[str | Path], models: Sequence[str]) -> dict[str, dict]:
+    """``{round: stats.json}`` in round order."""
+    if len(stats_paths) != len(models):
+        raise SnakeskillsError(f"{len(stats_paths)} SFT stats files but {len(models)} rounds")
+    return {model: read_json(path) for model, path in zip(models, stats_paths, strict=True)}
+
+
+def plot_sft_examples(stats: dict[str, dict], output_path: str | Path) -> None:
+    """Per round: judged train samples split into kept SFT examples and the filter that dropped the rest."""
+    from matplotlib import colormaps
+
+    rounds = list(stats)
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 1.1 * len(rounds) + 3.5))
+    if not rounds:
+        _empty(axis, "no sft rounds in this run (methods)")
+        _save(figure, output_path)
+        return
+    positions = range(len(rounds))
+    kept = [stats[model]["kept"] for model in rounds]
+    # kept examples by the model that wrote them (a teacher, the base model, the student's rounds)
+    sources = list(dict.fromkeys(source for model in rounds for source in stats[model]["kept_by_source"]))
+    greens = colormaps["Greens"]
+    bottom = [0] * len(rounds)
+    for index, source in enumerate(sources):
+        counts = [stats[model]["kept_by_source"].get(source, 0) for model in rounds]
+        label = f"kept: by {source}" if len(sources) > 1 else "kept"
+        color = greens(0.85 - 0.5 * index / max(1, len(sources) - 1))
+        axis.bar(positions, counts, bottom=bottom, color=color, label=label)
+        bottom = [base + count for base, count in zip(bottom, counts, strict=True)]
+    bottom = list(kept)
+    palette = colormaps["Greys"]
+    for index, reason in enumerate(SFT_DROP_REASONS):
+        counts = [stats[model].get(reason, 0) for model in rounds]
+        if not any(counts):
+            continue
+        axis.bar(
+            positions,
+            counts,
+            bottom=bottom,
+            color=palette(0.25 + 0.6 * index / len(SFT_DROP_REASONS)),
+            edgecolor="white",
+            label=f"dropped: {reason}",
+        )
+        bottom = [base + count for base, count in zip(bottom, counts, strict=True)]
+    for position, model, total in zip(positions, rounds, bottom, strict=True):
+        axis.annotate(
+            f"{stats[model]['kept']} kept\n{stats[model]['problems_covered']} problems",
+            (position, total),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+        )
+    axis.set_xticks(list(positions), rounds)
+    axis.set_ylim(0, 1.15 * max(bottom))
+    axis.set_xlabel("round (trained on)")
+    axis.set_ylabel("judged train samples")
+    axis.set_title("SFT examples kept per round")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(figure, output_path)
+
+
+def _empty(axis, text: str) -> None:
+    axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes)
+    axis.set_axis_off()
+
+
+def training_curve(method: str, history: list[dict]) -> tuple[str, list[tuple[int, float]]]:
+    """(label, (step, value) points) of a round's logged training history (training_metrics.json's log_history):
+    the first of its method's curves (``TrainingMethod.curves``: sft's loss, dpo's preference accuracy, ...) that
+    its trainer logged."""
+    curves = training_method(method).curves
+    for key, label in curves:
+        points = [(int(entry["step"]), float(entry[key])) for entry in history if key in entry and "step" in entry]
+        if points:
+            return label, points
+    return curves[0][1], []
+
+
+def read_training_histories(folders: Sequence[str | Path], models: Sequence[str]) -> dict[str, list[dict]]:
+    """Each tuned model's logged history from its adapter's or checkpoint's training_metrics.json."""
+    return {
+        model: read_json(Path(folder) / "training_metrics.json").get("log_history", [])
+        for model, folder in zip(models, folders, strict=True)
+    }
+
+
+def plot_training_curves(histories: dict[str, list[dict]], methods: dict[str, str], output_path: str | Path) -> None:
+    """One panel per training method: each of its rounds' curve by optimizer step (``training_curve``)."""
+    used = list(dict.fromkeys(methods[model] for model in histories)) or [next(iter(TRAINING_METHODS))]
+    figure, axes = _figure(len(used))
+    colors = _model_colors(list(histories))
+    for axis, method in zip(axes, used, strict=True):
+        label = training_method(method).curves[0][1]
+        drawn = False
+        for model, history in histories.items():
+            if methods[model] != method:
+                continue
+            label, points = training_curve(method, history)
+            if points:
+                axis.plot(*zip(*points, strict=True), marker=".", color=colors[model], label=model)
+                drawn = True
+        if not drawn:
+            _empty(axis, f"no logged {method} steps")
+            continue
+        axis.set_xlabel("optimizer step")
+        axis.set_ylabel(label)
+        axis.set_title(f"{method}: {label} by step")
+        axis.legend(fontsize=7)
+    _save(figure, output_path)
+
+
+def describe_pass_at_1(summary: dict) -> str:
+    """The pass@1 plot's points as text, one line each, for the job log."""
+    return "\n".join(
+        f"{benchmark} {model}: {value:.2f} ± {error:.2f}"
+        for benchmark in _benchmarks(summary)
+        for model, value, error in pass_at_1_points(summary, benchmark)
+    )
+
+
+def plot_synthesis_funnel(rows: list[dict], output_path: str | Path) -> None:
+    """Per round and train benchmark: the synthesized problems left after each step (generated, parsed, unique,
+    clean of contamination, labelled), one group of bars each, with the label accuracy where it was checked."""
+    from matplotlib import colormaps
+
+    from snakeskills.synthesis.funnel import FUNNEL_STEPS
+
+    figure, (axis,) = _figure(1, panel_width=max(4.8, 1.6 * len(rows) + 3.5))
+    width = 0.8 / len(FUNNEL_STEPS)
+    blues = colormaps["Blues"]
+    for index, step in enumerate(FUNNEL_STEPS):
+        positions = [group + (index - (len(FUNNEL_STEPS) - 1) / 2) * width for group in range(len(rows))]
+        axis.bar(
+            positions,
+            [row[step] for row in rows],
+            width,
+            color=blues(0.3 + 0.6 * index / len(FUNNEL_STEPS)),
+            label=step,
+        )
+    for group, row in enumerate(rows):
+        if row["label_accuracy"] is not None:
+            axis.annotate(
+                f"labels {100 * row['label_accuracy']:.0f}% right",
+                (group, row["generated"]),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                fontsize=8,
+            )
+    axis.set_xticks(list(range(len(rows))), [f"round{row['round']}\n{row['benchmark']}" for row in rows])
+    axis.set_ylim(0, 1.15 * max([row["generated"] for row in rows] + [1]))
+    axis.set_ylabel("synthesized problems")
+    axis.set_title("Problem synthesis funnel")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(figure, output_path)

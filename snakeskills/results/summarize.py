@@ -1,0 +1,258 @@
+"""One benchmark's summary: its judged seed files -> ``metrics.json`` (pass@1[avg-of-k], majority@k, pass@k, named
+metrics) and each problem's scores (problems.jsonl, for the paired comparison); the eval rule's comparison of every
+model is ``comparison``."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import iter_jsonl, write_json, write_jsonl, write_text
+from snakeskills.results.metrics import (
+    EXECUTION_ERROR,
+    EXECUTION_STATUS,
+    add_finish_reason_shares,
+    answer_codes,
+    format_table,
+    metrics_from_arrays,
+    vote_keys,
+)
+from snakeskills.results.named_metrics import compute_named_metrics, format_metric
+from snakeskills.results.paired_bootstrap import problem_score_rows
+
+SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
+# read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
+FINISH_REASON = "finish_reason"
+REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
+# fields that may be null in a judged row (no answer; a program that passed)
+NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
+
+
+def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
+    """One frame over all seeds; each seed file must list the same problem ids in the same order."""
+    _, seeds = _load_seeds(seed_paths)
+    return pl.concat(
+        [
+            seed.select(
+                pl.int_range(pl.len(), dtype=pl.Int64).alias("problem_index"),
+                pl.lit(sample_index, dtype=pl.Int64).alias("sample_index"),
+                pl.all(),
+            )
+            for sample_index, seed in enumerate(seeds)
+        ],
+        how="vertical",
+    )
+
+
+def summarize_benchmark(benchmark: str, seed_paths: list[str | Path]) -> dict:
+    """``{benchmark: {eval_mode: {metric: value}}}`` for one (model, benchmark, split)."""
+    return _summarize_seeds(benchmark, _load_seeds(seed_paths)[1])
+
+
+def _summarize_seeds(benchmark: str, seeds: list[pl.DataFrame]) -> dict:
+    score_columns = [column for column in SCORE_COLUMNS if column in seeds[0].columns]
+    num_samples, num_problems = len(seeds), seeds[0].height
+    answers = answer_codes(pl.concat([vote_keys(seed) for seed in seeds]))
+    metrics = metrics_from_arrays(
+        answers=answers.reshape(num_samples, num_problems),
+        tokens=np.stack([seed["num_generated_tokens"].to_numpy() for seed in seeds]),
+        scores={
+            column: np.stack([seed[column].to_numpy().astype(np.float64) for seed in seeds]) for column in score_columns
+        },
+    )
+    if FINISH_REASON in seeds[0].columns:
+        add_finish_reason_shares(metrics, np.stack([seed[FINISH_REASON].to_numpy() for seed in seeds]))
+    return {benchmark: metrics}
+
+
+def write_benchmark_summary(
+    benchmark: str,
+    seed_paths: list[str | Path],
+    metric_specs: dict[str, dict],
+    *,
+    metrics_path,
+    table_path,
+    problems_path,
+) -> str:
+    """``metrics.json``: the benchmark's eval modes (``summarize_benchmark``) and its named metrics
+    (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric;
+    ``problems.jsonl``: each problem's correct samples (``paired.problem_score_rows``)."""
+    ids, seeds = _load_seeds(seed_paths)
+    metrics = _summarize_seeds(benchmark, seeds)
+    scores = {
+        column: np.stack([seed[column].to_numpy() for seed in seeds]) for column in SCORE_COLUMNS if column in seeds[0]
+    }
+    write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
+    named = compute_named_metrics(benchmark, metric_specs, seed_paths)
+    table = format_table(benchmark, metrics[benchmark]) + "".join(format_metric(k, v) for k, v in named.items())
+    write_json(metrics_path, {**metrics, **named})
+    write_text(table_path, table)
+    return table
+
+
+def _load_seeds(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFrame]]:
+    """The problem ids, and per seed file, in order: ``predicted_answer``, ``num_generated_tokens``, the score
+    columns, and where the first row has them ``finish_reason`` and the execution fields.
+
+    Files are parsed by polars, reading only the fields the metrics need. Anything unusual (a malformed
+    line, a missing or null field, a non-boolean score, an empty file) sends all files through the
+    per-row reader, which names the file and line at fault or reads the rows as Python would.
+    """
+    if not seed_paths:
+        raise SnakeskillsError("summarize: no judged seed files given")
+    # two files at a time: polars parses each in parallel too, this overlaps the serial parts
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        frames = list(executor.map(_read_seed_fast, seed_paths))
+    seeds = []
+    reference_ids = None
+    for path, frame in zip(seed_paths, frames, strict=True):
+        if frame is None:
+            return _load_seeds_per_row(seed_paths)
+        if reference_ids is None:
+            reference_ids = frame["id"]
+        elif not frame["id"].equals(reference_ids):
+            raise SnakeskillsError(
+                f"{path}: problem ids differ from {seed_paths[0]}; seed files must line up row by row"
+            )
+        seeds.append(frame.drop("id"))
+    _check_same_scores(seed_paths, seeds)
+    return reference_ids.to_list(), seeds
+
+
+def _read_seed_fast(path: str | Path) -> pl.DataFrame | None:
+    """The needed columns of one judged file, or None when the per-row reader has to look at it."""
+    try:
+        first = _first_row(path)
+        if first is None:
+            return None
+        # as the per-row reader does, a score column (or finish_reason) is taken when the first row has it
+        scores = [column for column in SCORE_COLUMNS if column in first]
+        schema = {
+            "id": pl.String,
+            "predicted_answer": pl.String,
+            "num_generated_tokens": pl.Int64,
+            **dict.fromkeys(scores, pl.Boolean),
+            **({FINISH_REASON: pl.String} if FINISH_REASON in first else {}),
+            **(dict.fromkeys((EXECUTION_STATUS, EXECUTION_ERROR), pl.String) if EXECUTION_STATUS in first else {}),
+        }
+        frame = pl.read_ndjson(_polars_source(path), schema=schema)
+        # a field missing from a row reads as null: only the nullable fields may legitimately be null
+        if frame.height == 0 or any(frame[column].null_count() for column in schema if column not in NULLABLE_FIELDS):
+            return None
+        # a null there may also be a missing key: count the keys (one per row; nested ones make it more, and
+        # then the per-row reader decides)
+        for column in NULLABLE_FIELDS:
+            nulls = column in schema and frame[column].null_count()
+            if nulls and _count_in_file(path, f'"{column}"'.encode()) != frame.height:
+                return None
+    except Exception:  # whatever polars rejects, the per-row reader explains
+        return None
+    return frame
+
+
+def _first_row(path: str | Path) -> dict | None:
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                return row if isinstance(row, dict) else None
+    return None
+
+
+def _polars_source(path: str | Path):
+    """polars expands glob characters in path strings; hand it such paths as bytes."""
+    if any(character in str(path) for character in "*?[]{}"):
+        return Path(path).read_bytes()
+    return path
+
+
+def _count_in_file(path: str | Path, needle: bytes, chunk_size: int = 1 << 23) -> int:
+    """Occurrences of ``needle`` in the file, read in chunks into one reused buffer."""
+    keep = len(needle) - 1
+    buffer = bytearray(keep + chunk_size)
+    view = memoryview(buffer)
+    total = 0
+    start = 0  # bytes carried over from the previous chunk
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            read = handle.readinto(view[start : start + chunk_size])
+            if not read:
+                return total
+            end = start + read
+            total += buffer.count(needle, 0, end)
+            # the last len(needle) - 1 bytes hold no whole needle; carry them so a split one is found
+            carried = min(keep, end)
+            buffer[:carried] = buffer[end - carried : end]
+            start = carried
+
+
+def _load_seeds_per_row(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFrame]]:
+    """The per-row reader: json per line, every field checked, errors name the file and line."""
+    seeds = []
+    reference_ids = None
+    for path in seed_paths:
+        rows = list(iter_jsonl(path))
+        if not rows:
+            raise SnakeskillsError(f"{path}: judged file is empty")
+        scores = [score for score in SCORE_COLUMNS if score in rows[0]]
+        execution = [EXECUTION_STATUS, EXECUTION_ERROR] if EXECUTION_STATUS in rows[0] else []
+        for line_number, row in enumerate(rows, start=1):
+            for field in (*REQUIRED_FIELDS, *scores, *execution):
+                if field not in row:
+                    raise SnakeskillsError(f"{path}:{line_number}: judged row lacks field {field!r}")
+        ids = [row["id"] for row in rows]
+        if reference_ids is None:
+            reference_ids = ids
+        elif ids != reference_ids:
+            raise SnakeskillsError(
+                f"{path}: problem ids differ from {seed_paths[0]}; seed files must line up row by row"
+            )
+        columns = {
+            "predicted_answer": [
+                None if row["predicted_answer"] is None else str(row["predicted_answer"]) for row in rows
+            ],
+            "num_generated_tokens": [int(row["num_generated_tokens"]) for row in rows],
+        }
+        for score in scores:
+            columns[score] = [bool(row[score]) for row in rows]
+        if FINISH_REASON in rows[0]:
+            for line_number, row in enumerate(rows, start=1):
+                if not isinstance(row.get(FINISH_REASON), str):
+                    raise SnakeskillsError(f"{path}:{line_number}: judged row lacks a string field 'finish_reason'")
+            columns[FINISH_REASON] = [row[FINISH_REASON] for row in rows]
+        for field in execution:
+            columns[field] = [None if row[field] is None else str(row[field]) for row in rows]
+        seeds.append(
+            pl.DataFrame(
+                columns,
+                schema_overrides={
+                    "predicted_answer": pl.String,
+                    "num_generated_tokens": pl.Int64,
+                    **dict.fromkeys(execution, pl.String),
+                },
+            )
+        )
+    _check_same_scores(seed_paths, seeds)
+    return [str(problem_id) for problem_id in reference_ids], seeds
+
+
+def _check_same_scores(seed_paths: list[str | Path], seeds: list[pl.DataFrame]) -> None:
+    for path, seed in zip(seed_paths, seeds, strict=True):
+        for field in (FINISH_REASON, EXECUTION_STATUS):
+            if (field in seed.columns) != (field in seeds[0].columns):
+                has = "has" if field in seed.columns else "lacks"
+                other = "lacks" if field in seed.columns else "has"
+                raise SnakeskillsError(f"{path}: {has} {field} but {seed_paths[0]} {other} it")
+        if seed.columns != seeds[0].columns:
+            have = [column for column in SCORE_COLUMNS if column in seed.columns]
+            first = [column for column in SCORE_COLUMNS if column in seeds[0].columns]
+            raise SnakeskillsError(
+                f"{path}: has score fields {have} but {seed_paths[0]} has {first}; judge every seed the same way"
+            )
+
+

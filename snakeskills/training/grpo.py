@@ -1,0 +1,222 @@
+"""GRPO's trainer: online RL on TRL's ``GRPOTrainer``. Each step samples ``num_generations`` completions of each of its
+train problems (``rl_problems.write_rl_problems``) from the model being trained, and rewards each with the
+benchmark's own rule-based judge (``judge.judge_records``: the verdict the judge stage would give the same text),
+plus optional answer-format and length terms; a LoRA adapter (the reference is the model with the adapter off) or
+every weight is trained.
+
+Prompts are encoded exactly as generation encodes them (``prompts.encode_messages``), not re-rendered by the
+trainer, so the policy is trained on the inputs it is evaluated on."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.generation.model_job import text_fields
+from snakeskills.io import iter_jsonl
+from snakeskills.prompts import encode_messages
+from snakeskills.training.rounds import RoundRun, run_round
+from snakeskills.training.trainer import check_batch_divides, step_logger
+
+logger = logging.getLogger(__name__)
+
+# the reward terms, in the order their weights are given to the trainer (grpo.rewards)
+REWARD_TERMS = ("correct", "answer_format", "length")
+
+
+class JudgeRewards:
+    """The reward terms of a batch of completions, from one judging of each completion: ``correct`` (1 when the
+    benchmark's judge says correct), ``answer_format`` (1 when it reads an answer), ``length`` (the completion's
+    tokens as a share of ``max_new_tokens``). ``judges``: each benchmark's judge section; ``reasoning``: the
+    student's parse_reasoning settings (the judge reads the answer after the thinking, as for generated samples)."""
+
+    def __init__(self, judges: dict[str, dict], reasoning: dict, max_new_tokens: int, num_workers: int):
+        self.judges, self.reasoning = judges, reasoning
+        self.max_new_tokens, self.num_workers = max_new_tokens, num_workers
+        # the last batch's completions (held, so that no other list can take their identity) and verdicts
+        self._batch: tuple[list[str], list[dict]] | None = None
+
+    def judged(self, completions: list[str], rows: list[str]) -> list[dict]:
+        """The batch's records judged (once per batch: every term reads the same verdicts)."""
+        from snakeskills.judging.judge import judge_records
+
+        if self._batch is not None and self._batch[0] is completions:
+            return self._batch[1]
+        records = [
+            {**json.loads(row), **text_fields(completion, "generation", self.reasoning)}
+            for completion, row in zip(completions, rows, strict=True)
+        ]
+        judged: list[dict | None] = [None] * len(records)
+        for benchmark, judge in self.judges.items():
+            indices = [index for index, record in enumerate(records) if record["benchmark"] == benchmark]
+            if indices:
+                verdicts = judge_records([records[i] for i in indices], judge, num_workers=self.num_workers)
+                for index, record in zip(indices, verdicts, strict=True):
+                    judged[index] = record
+        missing = [records[i]["benchmark"] for i, record in enumerate(judged) if record is None]
+        if missing:
+            raise SnakeskillsError(f"no judge for benchmark {missing[0]!r} of a GRPO problem")
+        self._batch = (completions, judged)
+        return judged
+
+    def functions(self) -> list:
+        """One reward function per term (TRL logs each as rewards/<name>)."""
+
+        def correct(prompts, completions, completion_ids, row, **_):
+            return [float(record["symbolic_correct"]) for record in self.judged(completions, row)]
+
+        def answer_format(prompts, completions, completion_ids, row, **_):
+            return [float(record["predicted_answer"] is not None) for record in self.judged(completions, row)]
+
+        def length(prompts, completions, completion_ids, row, **_):
+            return [len(ids) / self.max_new_tokens for ids in completion_ids]
+
+        return [correct, answer_format, length]
+
+
+def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict):
+    """The trainer's rows (``prompt``: the prompt's text, a key into the returned token ids; ``row``: the problem's
+    fields as JSON, for the judge) and each prompt's token ids as generation builds them."""
+    rows, prompt_ids = [], {}
+    for problem in problems:
+        ids = list(
+            encode_messages(
+                problem["prompt"],
+                chat_template=chat_template,
+                chat_template_kwargs=chat_template_kwargs,
+                tokenizer=tokenizer,
+            )
+        )
+        text = tokenizer.decode(ids)
+        if prompt_ids.setdefault(text, ids) != ids:
+            raise SnakeskillsError(f"two GRPO prompts read {text!r} but differ in their tokens")
+        fields = {key: value for key, value in problem.items() if key != "prompt"}
+        rows.append({"prompt": text, "row": json.dumps(fields)})
+    return rows, prompt_ids
+
+
+def grpo_trainer_class():
+    """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
+    text for it to tokenize."""
+    from trl import GRPOTrainer
+
+    class TokenizedGRPOTrainer(GRPOTrainer):
+        prompt_token_ids: dict[str, list[int]] = {}
+
+        def _tokenize_prompts(self, prompts):
+            return [list(self.prompt_token_ids[prompt]) for prompt in prompts], None, {}
+
+        @property
+        def completions_sampled(self) -> int:
+            """The completions sampled so far: a step's batch is that many completions (groups of a problem)."""
+            args = self.args
+            return (
+                self.state.global_step
+                * args.per_device_train_batch_size
+                * args.gradient_accumulation_steps
+                * (args.world_size)
+            )
+
+    return TokenizedGRPOTrainer
+
+
+def train(
+    run: RoundRun,
+    *,
+    num_generations: int,
+    beta: float,
+    loss: str,
+    sampling: dict,
+    rewards: dict,
+    judges: dict[str, dict],
+    reasoning: dict,
+    vllm_mode: str | None,
+) -> dict:
+    """Train with GRPO on the round's problems (``run.data_path``) and save the result (``rounds.run_round``), with
+    the logged reward, KL and completion length by step in its metrics' ``log_history``. Resumes from the newest
+    complete Trainer checkpoint of the same run (training.checkpoint_steps)."""
+    if not sampling["temperature"]:
+        raise SnakeskillsError(
+            "grpo.sampling.temperature is 0: a group of greedy completions has no spread to learn from"
+        )
+    problems = list(iter_jsonl(run.data_path))
+    if not problems:
+        raise SnakeskillsError(f"{run.data_path}: no GRPO problems to train on")
+    terms = [term for term in REWARD_TERMS if rewards[term] != 0]
+    if not terms:
+        raise SnakeskillsError("grpo.rewards: every weight is 0, so every completion has the same reward")
+
+    def build(model, tokenizer):
+        import datasets
+        from trl import GRPOConfig
+
+        rows, prompt_ids = rl_dataset_rows(
+            problems, tokenizer, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs
+        )
+        common = run.trainer_arguments()
+        common["logging_steps"] = 1  # every step's reward: the report plots reward by step
+        settings = {
+            "num_generations": num_generations,
+            "max_completion_length": sampling["max_new_tokens"],
+            "temperature": sampling["temperature"],
+            "top_p": sampling["top_p"],
+            "top_k": sampling["top_k"],
+            "beta": beta,
+            "loss_type": loss,
+            "reward_weights": [float(rewards[term]) for term in terms],
+        }
+        vllm = {"use_vllm": True, "vllm_mode": vllm_mode} if vllm_mode is not None else {}
+        arguments = GRPOConfig(**settings, **vllm, **common)
+        hyperparameters = {**common, **settings, "vllm_mode": vllm_mode, "reasoning": reasoning, "judges": judges}
+        resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
+        # the judge logs a line per batch it judges; here that is every step, which the step lines already summarize
+        logging.getLogger("snakeskills.judging.judge").setLevel(logging.WARNING)
+        reward = JudgeRewards(judges, reasoning, sampling["max_new_tokens"], num_workers=max(1, run.threads))
+        functions = dict(zip(REWARD_TERMS, reward.functions(), strict=True))
+        trainer_class = grpo_trainer_class()
+        trainer_class.prompt_token_ids = prompt_ids
+        trainer = trainer_class(
+            model=model,
+            reward_funcs=[functions[term] for term in terms],
+            args=arguments,
+            train_dataset=datasets.Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[step_logger()],
+        )
+        return trainer, resume_from, len(rows)
+
+    return run_round(run, "grpo", build)
+
+
+def grpo_sampling(config: dict) -> dict:
+    """How GRPO samples while it trains: grpo.sampling, its null keys the student's generation.sampling."""
+    student, own = config["generation"]["sampling"], config["grpo"]["sampling"]
+    return {key: student[key] if own[key] is None else own[key] for key in own}
+
+
+def check_config(config: dict, processes: int) -> None:
+    """The grpo section's cross-key rules (plan time)."""
+    import importlib.util
+
+    grpo = config["grpo"]
+    training, group = grpo["training"], grpo["num_generations"]
+    if training["batch_size"] % group:
+        raise SnakeskillsError(
+            f"config key grpo.training.batch_size ({training['batch_size']}) must be a multiple of "
+            f"grpo.num_generations ({group}): a step scores whole groups of completions of one problem"
+        )
+    check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "grpo.training")
+    if not grpo_sampling(config)["temperature"]:
+        raise SnakeskillsError(
+            "config key grpo.sampling.temperature is 0 (or null and generation.sampling.temperature is 0): a "
+            "group of greedy completions is all alike and GRPO learns nothing; sample with a temperature above 0"
+        )
+    if not any(grpo["rewards"].values()):
+        raise SnakeskillsError("config key grpo.rewards: every weight is 0, so every completion gets the same reward")
+    vllm_missing = importlib.util.find_spec("vllm") is None
+    if grpo["vllm_mode"] is not None and config["generation"]["backend"] == "hf" and vllm_missing:
+        raise SnakeskillsError(
+            f"config key grpo.vllm_mode is {grpo['vllm_mode']!r}, but vllm is not installed here; install it "
+            "on the GPU node that trains, or set grpo.vllm_mode: null (transformers samples)"
+        )

@@ -1,0 +1,78 @@
+"""KTO's data: every judged train sample of the previous model as unpaired feedback, desirable when the judge says
+correct and undesirable when not (no pair from the same problem needed), in TRL's conversational unpaired preference
+format (``prompt`` messages, ``completion`` assistant message, ``label``); the trainer encodes the prompt exactly as
+generation did."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import write_json, write_jsonl
+from snakeskills.training.samples import group_problems, in_pass_rate, pass_rate_counts, trained_text
+
+logger = logging.getLogger(__name__)
+
+
+def select_kto_samples(
+    judged_paths: list[str | Path], benchmarks: list[str], prompts: list[dict], samples: dict, pass_rate: dict
+) -> tuple[list[dict], dict]:
+    """The labelled samples of every problem in the pass-rate range (``samples``: kto.samples; ``pass_rate``:
+    kto.pass_rate) and the counts: problems kept and dropped by the filter, samples left out as repeats of the same
+    text, cut off (an incorrect one only with ``include_truncated``) or over the per-problem cap, and the desirable
+    and undesirable samples kept."""
+    problems = group_problems(judged_paths, benchmarks, prompts, samples["score"])
+    counts = {
+        "judged": sum(len(problem.samples) for problem in problems),
+        **pass_rate_counts(problems, pass_rate),
+        "duplicate": 0,
+        "truncated": 0,
+        "over_per_problem_cap": 0,
+    }
+    records = []
+    kept_problems = 0
+    cap = samples["max_per_problem"]
+    for problem in problems:
+        if not in_pass_rate(problem, pass_rate):
+            continue
+        seen: set[str] = set()
+        kept = 0
+        for sample, correct in zip(problem.samples, problem.correct, strict=True):
+            text = trained_text(sample)
+            if sample["finish_reason"] != "stop" and (correct or not samples["include_truncated"]):
+                counts["truncated"] += 1
+                continue
+            if text in seen:
+                counts["duplicate"] += 1
+                continue
+            if cap is not None and kept >= cap:
+                counts["over_per_problem_cap"] += 1
+                continue
+            seen.add(text)
+            kept += 1
+            record = {"id": problem.row["id"], "benchmark": problem.benchmark, "problem": problem.row["problem"]}
+            if "expected_answer" in problem.row:
+                record["expected_answer"] = problem.row["expected_answer"]
+            completion = [{"role": "assistant", "content": text}]
+            records.append({**record, "prompt": problem.prompt, "completion": completion, "label": correct})
+        kept_problems += kept > 0
+    counts["problems_kept"] = kept_problems
+    counts["desirable"] = sum(record["label"] for record in records)
+    counts["undesirable"] = len(records) - counts["desirable"]
+    counts["samples"] = len(records)
+    return records, counts
+
+
+def write_kto_samples(judged_paths, benchmarks, prompts, samples, pass_rate, output_path, stats_path) -> dict:
+    records, counts = select_kto_samples(judged_paths, benchmarks, prompts, samples, pass_rate)
+    if not counts["desirable"] or not counts["undesirable"]:
+        kind = "desirable (judged correct)" if not counts["desirable"] else "undesirable (judged incorrect)"
+        raise SnakeskillsError(
+            f"no {kind} KTO samples among the previous model's judged train samples ({counts}): KTO needs both; "
+            "sample more seeds (train_num_seeds), raise the sampling temperature, or widen kto.pass_rate"
+        )
+    write_jsonl(output_path, records)
+    write_json(stats_path, counts)
+    logger.info("KTO samples: %s", counts)
+    return counts

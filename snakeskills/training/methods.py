@@ -1,0 +1,164 @@
+"""The one table of training methods (config key ``methods``): what each method's rounds read, train, cost and warn
+about. The plan (``plan/training.py``), the rules (``rules/train.smk``), the comparison's cost table and warnings
+(``results/``) and the report's training curves read it, as ``backends/specs.py`` is read for backends.
+
+In code, "method" means the training algorithm (sft, dpo, kto, grpo); whether a round trains a LoRA adapter or every
+weight is its "weights" (the config key stays ``<method>.method: lora | full``).
+
+Adding a method: its trainer module (``train(run, **options)``, ``check_config(config, processes)``), its data
+module and rule (``rules/<name>.smk``), an entry here, its schema section; see docs/development.md."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+
+from snakeskills.errors import SnakeskillsError
+
+# the weights a round trains (config key <method>.method)
+WEIGHTS = ("lora", "full")
+
+
+@dataclass(frozen=True)
+class TrainingMethod:
+    name: str
+    # what the method learns from, in one line (docs, errors)
+    learns_from: str
+    # the rule that writes a round's data (rules/<name>.smk) and its Layout attributes (data file, stats.json)
+    data_rule: str
+    data: str
+    stats: str
+    # the module whose ``train(run, **options)`` trains a round and whose ``check_config`` checks its section
+    trainer: str
+    # the section's keys that decide the weights beside seed, lora and training; each is also the trainer's keyword
+    # argument of the same name (GRPO's sampling with its null keys filled from generation.sampling)
+    options: tuple[str, ...]
+    # the trainer also takes each train benchmark's judge and the student's reasoning settings (an online reward)
+    judges_rewards: bool
+    # what one example is (the cost table, warnings), the stats.json key counting them (None: the trainer's own
+    # num_examples) and the one counting the problems they cover
+    examples: str
+    examples_stat: str | None
+    problems_stat: str
+    # whether too few examples warn (warnings.min_sft_examples); problems and optimizer steps always do
+    warn_on_examples: bool
+    # what to do about too little data (the warning's hint)
+    too_little_data: str
+    # the report's curve: (log_history key, axis label), the first one its trainer logs is drawn
+    curves: tuple[tuple[str, str], ...]
+    # the training job's memory per parameter as a multiple of SFT's (a reference pass, sampled groups)
+    memory_factor: int
+    # full fine-tuning keeps a frozen copy of the starting model as the reference when beta > 0
+    frozen_reference: bool
+    # the trainer samples completions while it trains (the cost table counts them)
+    samples_while_training: bool = False
+
+    def tuned_model_name(self, round_number: int) -> str:
+        """The name of the method's round ``round_number``: round1, round2 for sft; dpo-round1, ... for the others."""
+        return f"round{round_number}" if self.name == "sft" else f"{self.name}-round{round_number}"
+
+    @property
+    def tuned_model_pattern(self) -> str:
+        """The regular expression of its rounds' names (the training rule's wildcard constraint)."""
+        return r"round\d+" if self.name == "sft" else rf"{self.name}-round\d+"
+
+    def trainer_module(self):
+        return importlib.import_module(self.trainer)
+
+
+_TRAINING_CURVE_LOSS = ("loss", "training loss")
+
+SFT = TrainingMethod(
+    name="sft",
+    learns_from="the judged-correct samples of the previous model (or a teacher), as prompt/completion examples",
+    data_rule="sft_data",
+    data="sft_data",
+    stats="sft_stats",
+    trainer="snakeskills.training.sft",
+    options=(),
+    judges_rewards=False,
+    examples="SFT examples",
+    examples_stat="kept",
+    problems_stat="problems_covered",
+    warn_on_examples=True,
+    too_little_data="sample more seeds or problems (train_num_seeds), or train a stronger or longer-bootstrapped "
+    "base model",
+    curves=(_TRAINING_CURVE_LOSS,),
+    memory_factor=1,
+    frozen_reference=False,
+)
+DPO = TrainingMethod(
+    name="dpo",
+    learns_from="(correct, incorrect) pairs of the previous model's samples of the same problem",
+    data_rule="preference_pairs",
+    data="preference_pairs",
+    stats="preference_stats",
+    trainer="snakeskills.training.dpo",
+    options=("beta", "loss", "nll_weight"),
+    judges_rewards=False,
+    examples="DPO pairs",
+    examples_stat="pairs",
+    problems_stat="problems_paired",
+    warn_on_examples=True,
+    too_little_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds",
+    curves=(("rewards/accuracies", "preference accuracy"), _TRAINING_CURVE_LOSS),
+    memory_factor=2,
+    frozen_reference=True,
+)
+KTO = TrainingMethod(
+    name="kto",
+    learns_from="every judged sample of the previous model, desirable when judged correct, undesirable when not",
+    data_rule="kto_samples",
+    data="kto_samples",
+    stats="kto_stats",
+    trainer="snakeskills.training.kto",
+    options=("beta", "loss", "desirable_weight", "undesirable_weight"),
+    judges_rewards=False,
+    examples="KTO samples",
+    examples_stat="samples",
+    problems_stat="problems_kept",
+    warn_on_examples=True,
+    too_little_data="sample more seeds or problems (train_num_seeds), or widen kto.pass_rate",
+    curves=(("rewards/margins", "reward margin (desirable - undesirable)"), _TRAINING_CURVE_LOSS),
+    memory_factor=2,
+    frozen_reference=True,
+)
+GRPO = TrainingMethod(
+    name="grpo",
+    learns_from="completions it samples while training, rewarded by the benchmark's own judge",
+    data_rule="rl_problems",
+    data="rl_problems",
+    stats="rl_stats",
+    trainer="snakeskills.training.grpo",
+    options=("num_generations", "beta", "loss", "sampling", "rewards", "vllm_mode"),
+    judges_rewards=True,
+    examples="GRPO problems",
+    examples_stat=None,
+    problems_stat="problems_in_pass_rate",
+    warn_on_examples=False,
+    too_little_data="a problem needs a pass rate inside grpo.pass_rate: sample more seeds, or widen the range",
+    curves=(("reward", "mean reward of the sampled completions"), _TRAINING_CURVE_LOSS),
+    memory_factor=4,
+    frozen_reference=True,
+    samples_while_training=True,
+)
+
+# in the order the schema lists them
+TRAINING_METHODS: dict[str, TrainingMethod] = {method.name: method for method in (SFT, DPO, KTO, GRPO)}
+
+
+def training_method(name: str) -> TrainingMethod:
+    """The entry of a method's name, or an error listing the known ones."""
+    if name not in TRAINING_METHODS:
+        raise SnakeskillsError(f"training method {name!r} is not one of {', '.join(TRAINING_METHODS)}")
+    return TRAINING_METHODS[name]
+
+
+_TUNED_MODEL = re.compile(rf"^(?:({'|'.join(name for name in TRAINING_METHODS if name != 'sft')})-)?round(\d+)$")
+
+
+def tuned_model_parts(model: str) -> tuple[str, int] | None:
+    """(method, round) of a tuned model's name; ``None`` for any other name."""
+    match = _TUNED_MODEL.match(model)
+    return None if match is None else (match.group(1) or "sft", int(match.group(2)))

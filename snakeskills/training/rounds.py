@@ -1,0 +1,136 @@
+"""One round of any training method: the arguments every trainer shares (``RoundRun``, as TRL's trainer configs
+share a base config), the skeleton every trainer runs (load the weights to train, build the method's trainer, train,
+save complete or not at all) and the round run in one process or in several under ``accelerate launch``.
+
+A method's trainer module (``methods.TrainingMethod.trainer``) has ``train(run, **options)``: its own options only
+(DPO's beta and loss, GRPO's group size and rewards, ...); it calls ``run_round`` with a function building its TRL
+trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import fingerprint
+from snakeskills.training.methods import WEIGHTS, training_method
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RoundRun:
+    """What every round trains from and with, whatever its method."""
+
+    weights: str  # lora: an adapter on the base model; full: every weight (config key <method>.method)
+    base_model_path: str
+    data_path: str  # the method's data file (SFT examples, DPO pairs, KTO samples, GRPO problems)
+    output_dir: str
+    lora: dict | None  # LoRA settings (weights lora)
+    training: dict  # the section's training settings
+    chat_template: bool
+    chat_template_kwargs: dict
+    seed: int
+    threads: int
+    dtype: str  # model.dtype
+    trust_remote_code: bool
+    init_path: str | None = None  # the previous round's adapter or checkpoint (init: continue)
+    processes: int = 1
+    distributed: str = "ddp"
+
+    def identity(self) -> dict:
+        """What the round's model is, for its checkpoints' fingerprint: the model folders by identity (a re-trained
+        adapter or checkpoint is a new folder, renamed into place), lora or full, and the LoRA settings."""
+        return {
+            "models": fingerprint([self.base_model_path, *([] if self.init_path is None else [self.init_path])], {}),
+            "method": self.weights,
+            "lora": self.lora if self.weights == "lora" else None,
+        }
+
+    def trainer_arguments(self) -> dict:
+        """The keyword arguments of the method's TRL config from the section's training settings
+        (``trainer.section_trainer_arguments``), checkpoints beside the output folder."""
+        from snakeskills.training.checkpoints import trainer_dir_for
+        from snakeskills.training.trainer import section_trainer_arguments
+
+        return section_trainer_arguments(
+            self.training,
+            output_dir=trainer_dir_for(self.output_dir),
+            seed=self.seed,
+            threads=self.threads,
+            processes=self.processes,
+            distributed=self.distributed,
+        )
+
+    def claim_checkpoints(self, arguments, hyperparameters: dict, rows: list) -> str | None:
+        """The checkpoint to resume from: the newest complete one of this same run (``checkpoints``)."""
+        from snakeskills.training.checkpoints import claim_checkpoints
+
+        checkpoint_steps = self.training["checkpoint_steps"]
+        return claim_checkpoints(arguments, self.identity(), hyperparameters, rows, checkpoint_steps)
+
+
+def run_round(run: RoundRun, method: str, build_trainer) -> dict:
+    """Train a round and save it, with its tokenizer and ``training_metrics.json``, to ``run.output_dir``
+    (atomically): lora an adapter, full a checkpoint in the dtype of the checkpoint it started from (or model.dtype
+    when not auto). ``build_trainer(model, tokenizer)`` returns (TRL trainer, checkpoint to resume from or None,
+    examples it trains on); ``method`` names the training method in the metrics."""
+    import torch
+
+    from snakeskills.training.trainer import load_trainable_model, run_trainer, save_tuned
+
+    if run.weights not in WEIGHTS:
+        raise SnakeskillsError(f"{method}.method: {run.weights!r} is not one of {', '.join(WEIGHTS)}")
+    torch.manual_seed(run.seed)
+    model, tokenizer, stored_dtype = load_trainable_model(
+        run.weights, run.base_model_path, run.init_path, run.lora, run.dtype, run.trust_remote_code
+    )
+    trainer, resume_from, num_examples = build_trainer(model, tokenizer)
+    metrics = run_trainer(trainer, resume_from, num_examples)
+    metrics["method"] = run.weights  # named as its config key, <method>.method
+    metrics["training_method"] = method
+    if hasattr(trainer, "completions_sampled"):
+        metrics["completions_sampled"] = trainer.completions_sampled
+    metrics["init_path"] = run.init_path
+    save_tuned(trainer, run.output_dir, tokenizer=tokenizer, metrics=metrics, stored_dtype=stored_dtype)
+    return metrics
+
+
+def trainer_options(method: str, settings: dict, judging: dict) -> dict:
+    """The keyword arguments ``method``'s ``train`` takes beside the ``RoundRun``: its own keys of the round's
+    settings (``plan.training.TrainingPlan.training_config``), and for a method rewarded online the train benchmarks'
+    judges and the student's reasoning settings (``judging``)."""
+    entry = training_method(method)
+    return {**{key: settings[key] for key in entry.options}, **(judging if entry.judges_rewards else {})}
+
+
+def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Path) -> dict:
+    """Train ``method``'s round: its trainer's ``train(run, **options)`` in this process, or in ``run.processes``
+    processes (``trainer.launch_training``: each runs this module's ``__main__``)."""
+    entry = training_method(method)
+    if run.processes == 1:
+        return entry.trainer_module().train(run, **options)
+    from snakeskills.training.trainer import launch_training
+
+    arguments = {"method": method, "run": dataclasses.asdict(run), "options": options}
+    return launch_training(
+        "snakeskills.training.rounds", arguments, processes=run.processes, output_dir=run.output_dir, log_path=log_path
+    )
+
+
+def main(argument: str) -> None:
+    """One of the processes ``launch_training`` started: its round as one JSON argument."""
+    from snakeskills.job import quiet_libraries
+
+    quiet_libraries()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    arguments = json.loads(argument)
+    run = RoundRun(**arguments["run"])
+    training_method(arguments["method"]).trainer_module().train(run, **arguments["options"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,174 @@
+"""SFT's trainer: TRL's ``SFTTrainer`` on prompt/completion examples with the loss on the completion only, for a
+round's SFT data (``sft_data``) and for the embedded default's bootstrap (``tiny_model``).
+
+Prompts are encoded exactly as generation encodes them (``prompts.encode_messages``), not re-rendered by the
+trainer, so the model is trained on the inputs it is evaluated on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import iter_jsonl
+from snakeskills.prompts import encode_messages
+from snakeskills.training.checkpoints import claim_checkpoints, trainer_dir_for
+from snakeskills.training.rounds import RoundRun, run_round
+from snakeskills.training.trainer import run_trainer, step_logger, trainer_arguments
+
+# the label of a token the loss is not on (the prompt's, as TRL's collator masks it)
+IGNORE_INDEX = -100
+
+
+def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int):
+    """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (1 on the tokens the loss is on), as TRL's
+    ``SFTTrainer`` takes an already tokenized prompt-completion dataset.
+
+    ``prompt_ids`` are the model input as generation builds it (``prompts.encode_messages``: chat template
+    applied, special tokens exactly once); the completion is tokenized on its own, as the model generates
+    it after the prompt, and followed by the tokenizer's EOS so the model learns to stop. TRL turns the mask
+    into labels (-100 on the prompt) and pads; an example whose prompt alone fills ``max_length`` is dropped.
+    """
+    import datasets
+
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has no eos_token; SFT needs one to teach the model where to stop")
+    rows = []
+    for example in examples:
+        prompt_ids = list(example["prompt_ids"])
+        completion_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"]
+        completion_ids = completion_ids + [tokenizer.eos_token_id]
+        input_ids = (prompt_ids + completion_ids)[:max_length]
+        completion_mask = ([0] * len(prompt_ids) + [1] * len(completion_ids))[:max_length]
+        rows.append({"input_ids": input_ids, "completion_mask": completion_mask})
+    return datasets.Dataset.from_list(rows)
+
+
+def sft_trainer(
+    model,
+    tokenizer,
+    examples: list[dict],
+    *,
+    output_dir: str | Path,
+    run_identity: dict,
+    num_epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    max_length: int,
+    weight_decay: float,
+    warmup_steps: float,
+    checkpoint_steps: int,
+    gradient_accumulation_steps: int,
+    gradient_checkpointing: bool,
+    bf16: str | bool,
+    packing: bool,
+    threads: int,
+    processes: int,
+    distributed: str,
+    callbacks: list | None = None,
+):
+    """TRL's ``SFTTrainer`` for ``model`` on ``examples`` (``prompt_ids``, ``completion``), with the loss on the
+    completions only; returns (trainer, the checkpoint to resume from or None).
+
+    ``batch_size`` is the examples per optimizer step: each of the ``processes`` takes ``batch_size /
+    (processes x gradient_accumulation_steps)`` per forward pass. ``bf16`` "auto" trains in bfloat16 mixed
+    precision where the GPU supports it (float32 on a CPU). ``packing`` puts several examples in one row
+    (TRL's best-fit decreasing, without padding; each example attends to itself only, by its position ids).
+
+    With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
+    training resumes from the newest complete one found there (a rerun after a kill continues, not
+    restarts), provided it was written by the same run: ``run_identity`` (what the model is, e.g. its
+    paths), the hyperparameters and the examples must match, or the old checkpoints are discarded.
+
+    With ``processes > 1`` this runs in each of the processes ``accelerate launch`` started (its
+    ``WORLD_SIZE`` must match), and ``distributed`` "fsdp" shards the model across them instead of
+    replicating it (DDP).
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    if not examples:
+        raise ValueError("no training examples: nothing to fine-tune on")
+    dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
+    common = trainer_arguments(
+        output_dir=output_dir,
+        num_epochs=num_epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        weight_decay=weight_decay,
+        warmup_steps=warmup_steps,
+        checkpoint_steps=checkpoint_steps,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        gradient_checkpointing=gradient_checkpointing,
+        bf16=bf16,
+        threads=threads,
+        processes=processes,
+        distributed=distributed,
+    )
+    arguments = SFTConfig(max_length=max_length, completion_only_loss=True, packing=packing, **common)
+    hyperparameters = {**common, "max_length": max_length, "packing": packing}
+    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples, checkpoint_steps)
+    trainer = SFTTrainer(
+        model=model,
+        args=arguments,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[*(callbacks or []), step_logger()],
+    )
+    return trainer, resume_from
+
+
+def train_on_examples(model, tokenizer, examples: list[dict], **settings):
+    """Train ``model`` in place on ``examples`` (``sft_trainer`` takes the settings); returns (metrics, trainer).
+
+    The caller saves the model (``save_trained``), which also discards the checkpoint folder.
+    """
+    trainer, resume_from = sft_trainer(model, tokenizer, examples, **settings)
+    return run_trainer(trainer, resume_from, len(examples)), trainer
+
+
+def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> dict:
+    """An SFT record as the trainer's example: the prompt's token ids, exactly as generation builds them
+    (``prompts.encode_messages``, with the prompt's chat template and its kwargs), and the assistant's text."""
+    messages = record["messages"]
+    if messages[-1]["role"] != "assistant":
+        raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
+    prompt_ids = encode_messages(
+        messages[:-1], chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
+    )
+    return {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
+
+
+def train(run: RoundRun) -> dict:
+    """Fine-tune on the round's SFT data (``run.data_path``) and save the result (``rounds.run_round``). With
+    ``run.processes > 1`` this runs in every process ``trainer.launch_training`` started."""
+
+    def build(model, tokenizer):
+        examples = [
+            to_prompt_completion(
+                record,
+                chat_template=run.chat_template,
+                chat_template_kwargs=run.chat_template_kwargs,
+                tokenizer=tokenizer,
+            )
+            for record in iter_jsonl(run.data_path)
+        ]
+        trainer, resume_from = sft_trainer(
+            model,
+            tokenizer,
+            examples,
+            output_dir=trainer_dir_for(run.output_dir),
+            run_identity=run.identity(),
+            seed=run.seed,
+            threads=run.threads,
+            processes=run.processes,
+            distributed=run.distributed,
+            **run.training,
+        )
+        return trainer, resume_from, len(examples)
+
+    return run_round(run, "sft", build)
+
+
+def check_config(config: dict, processes: int) -> None:
+    """SFT's own cross-key rules: none beyond those every method's section has (``plan.training.check_methods``)."""

@@ -1,0 +1,264 @@
+"""The embedded default's model: a tiny Llama with a character-level tokenizer, built locally.
+
+Nothing is downloaded: the tokenizer is built with ``tokenizers``, the model from a
+``LlamaConfig``; both are written with ``save_pretrained`` so every later stage loads them with
+``from_pretrained``, exactly as it loads a real checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# written beside the built checkpoint: the bootstrap's training metrics, validation history and target
+BOOTSTRAP_METRICS_FILE = "bootstrap_metrics.json"
+SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
+# a minimal chat format ("<s>U: ...\nA: "), so prompt.chat_template: true works with the tiny model too; like
+# Llama-3's, the template writes BOS and the tokenizer adds one to plain text (prompts.encode_messages)
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}{{ message['role'][0] | upper }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}A: {% endif %}"
+)
+
+
+def build_char_tokenizer():
+    """A ``PreTrainedTokenizerFast`` mapping every printable ASCII character to its own token."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS.values())}
+    for character in CHARACTERS:
+        vocabulary.setdefault(character, len(vocabulary))
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token=SPECIAL_TOKENS["unk"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    bos = SPECIAL_TOKENS["bos"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocabulary[bos])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+        bos_token=bos,
+        eos_token=SPECIAL_TOKENS["eos"],
+        pad_token=SPECIAL_TOKENS["pad"],
+        unk_token=SPECIAL_TOKENS["unk"],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_llama(tokenizer, *, hidden_size: int, num_layers: int, num_heads: int, seed: int, max_positions: int):
+    """A freshly initialised ``LlamaForCausalLM`` sized by the arguments (a few 100k parameters)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def save_random_llama(folder, model: dict, *, kv_heads: int, dtype: str, vocabulary: int) -> None:
+    """A Llama with random weights (``model``: LlamaConfig sizes) and a word-level tokenizer of ``vocabulary``
+    tokens (``<pad>``, ``<eos>``, then ``t2`` ...), saved to ``folder``: a real vocabulary's size without a
+    download (bench/generation.py, tests/gpu)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocabulary)}}
+    word_level = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocabulary,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **model,
+    )
+    LlamaForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def build_and_bootstrap(
+    *,
+    bootstrap_records: list[dict],
+    validation_records: list[dict],
+    prompt_config: dict,
+    completion_template: str,
+    output_dir: str | Path,
+    architecture: dict,
+    training: dict,
+    stop_at_accuracy: float,
+    check_every_steps: int,
+    seed: int,
+    threads: int,
+) -> dict:
+    """Build the tiny model, give it a short supervised bootstrap, save it to ``output_dir``.
+
+    Training stops as soon as greedy accuracy on ``validation_records`` (problems the bootstrap
+    never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
+    leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
+    """
+    from snakeskills.io import write_json
+    from snakeskills.prompts import fill_template, model_input_ids
+    from snakeskills.training.checkpoints import trainer_dir_for
+    from snakeskills.training.sft import train_on_examples
+    from snakeskills.training.trainer import save_trained
+
+    output_dir = Path(output_dir)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, seed=seed, **architecture)
+    num_parameters = sum(parameter.numel() for parameter in model.parameters())
+    logger.info("built tiny Llama with %d parameters, vocabulary %d", num_parameters, len(tokenizer))
+    examples = [
+        {
+            "prompt_ids": model_input_ids(prompt_config, record, tokenizer),
+            "completion": fill_template(completion_template, record),
+        }
+        for record in bootstrap_records
+    ]
+    validation = [
+        {"prompt_ids": model_input_ids(prompt_config, record, tokenizer), "expected_answer": record["expected_answer"]}
+        for record in validation_records
+    ]
+    max_new_tokens = max(len(tokenizer(example["completion"])["input_ids"]) for example in examples) + 2
+    stopper = accuracy_stop_callback(
+        tokenizer, validation, target=stop_at_accuracy, check_every=check_every_steps, max_new_tokens=max_new_tokens
+    )
+    metrics, trainer = train_on_examples(
+        model,
+        tokenizer,
+        examples,
+        output_dir=trainer_dir_for(output_dir),
+        run_identity={
+            "architecture": architecture,
+            "stop_at_accuracy": stop_at_accuracy,
+            "check_every_steps": check_every_steps,
+            "validation": validation,
+        },
+        seed=seed,
+        threads=threads,
+        processes=1,
+        distributed="ddp",
+        callbacks=[stopper],
+        **training,
+    )
+    metrics["num_parameters"] = num_parameters
+    metrics["validation_history"] = stopper.history
+    metrics["final_validation_accuracy"] = greedy_accuracy(
+        model,
+        tokenizer,
+        [v["prompt_ids"] for v in validation],
+        [v["expected_answer"] for v in validation],
+        max_new_tokens,
+    )
+    metrics["stop_at_accuracy"] = stop_at_accuracy
+    metrics["reached_target"] = metrics["final_validation_accuracy"] >= stop_at_accuracy
+    if metrics["reached_target"]:
+        logger.info(
+            "bootstrap reached its target: greedy validation accuracy %.3f >= tiny_model.stop_at_accuracy %g "
+            "after %d steps",
+            metrics["final_validation_accuracy"],
+            stop_at_accuracy,
+            metrics["global_step"],
+        )
+    else:
+        logger.warning("%s", bootstrap_miss(metrics))
+
+    def finish(staging):
+        tokenizer.save_pretrained(staging)
+        write_json(staging / BOOTSTRAP_METRICS_FILE, metrics)
+
+    save_trained(trainer, output_dir, finish)
+    return metrics
+
+
+def bootstrap_miss(metrics: dict) -> str | None:
+    """One line saying that a bootstrap ended below its target (what it reached, what was asked, what to change),
+    from its metrics (``BOOTSTRAP_METRICS_FILE``); ``None`` when it reached the target."""
+    if metrics.get("reached_target", True):  # a checkpoint built before targets were recorded says nothing
+        return None
+    return (
+        f"warning: the tiny model's bootstrap missed its target: greedy validation accuracy "
+        f"{metrics['final_validation_accuracy']:.3f} after all {metrics['global_step']} steps "
+        f"({metrics['num_examples']} bootstrap problems), tiny_model.stop_at_accuracy asks "
+        f"{metrics['stop_at_accuracy']:g}; the base model is weaker than intended: give the bootstrap split more "
+        "problems, raise tiny_model.training.num_epochs, or lower tiny_model.stop_at_accuracy"
+    )
+
+
+def greedy_accuracy(model, tokenizer, prompts: list[list[int]], expected: list[str], max_new_tokens: int) -> float:
+    """Share of prompts (token ids) whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
+    import torch
+
+    from snakeskills.judging.judge import exact_match, extract_answer
+
+    was_training = model.training
+    model.eval()
+    encoded = tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True, padding_side="left")
+    with torch.inference_mode():
+        output = model.generate(
+            **encoded.to(model.device),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+    if was_training:
+        model.train()
+    predicted = [extract_answer(text, method="boxed", regex=None) for text in texts]
+    correct = sum(exact_match(answer, gold) for answer, gold in zip(predicted, expected, strict=True))
+    return correct / len(prompts)
+
+
+def accuracy_stop_callback(tokenizer, validation: list[dict], *, target: float, check_every: int, max_new_tokens: int):
+    """A TrainerCallback ending training once greedy accuracy on ``validation`` reaches ``target``.
+
+    The bootstrap's purpose is a base model with a chosen, modest skill level; stopping on a
+    measured accuracy (held-out problems) lands there reliably, whatever the hardware's float
+    rounding does to the exact step at which the tiny model starts to generalise.
+    """
+    from transformers import TrainerCallback
+
+    prompts = [record["prompt_ids"] for record in validation]
+    expected = [record["expected_answer"] for record in validation]
+
+    class StopAtAccuracy(TrainerCallback):
+        def __init__(self):
+            self.history = []
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % check_every:
+                return control
+            accuracy = greedy_accuracy(model, tokenizer, prompts, expected, max_new_tokens)
+            self.history.append({"step": state.global_step, "validation_accuracy": accuracy})
+            logger.info("bootstrap step %d: greedy validation accuracy %.3f", state.global_step, accuracy)
+            if accuracy >= target:
+                control.should_training_stop = True
+            return control
+
+    return StopAtAccuracy()

@@ -1,0 +1,69 @@
+"""KTO's trainer on the tiny model: unpaired desirable and undesirable answers to one prompt, on TRL's KTOTrainer
+through the round skeleton every method shares; the model learns to give the desirable answer, the reward margin it
+logs rises, and a round of it resumes and saves as the others do."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import hf_backend, resolved_prompt, training_section
+
+from snakeskills.backends import SamplingParams, build_request
+from snakeskills.io import write_jsonl
+from snakeskills.training.kto import tokenize_samples
+from snakeskills.training.rounds import RoundRun, train_round
+
+PROMPT = [{"role": "user", "content": "3+4="}]
+
+
+def kto_samples(count: int) -> list[dict]:
+    """One correct answer in four (as the tiny model's own samples are), the wrong ones of every other digit."""
+    rows = []
+    for index in range(count):
+        answer = "7" if index % 4 == 0 else str(index % 7)
+        rows.append(
+            {"id": f"p{index}", "prompt": PROMPT, "completion": [{"role": "assistant", "content": answer}]}
+            | {"label": answer == "7"}
+        )
+    return rows
+
+
+def test_samples_are_encoded_as_generation_encodes_them(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    (row,) = tokenize_samples(kto_samples(1), tokenizer, chat_template=False, chat_template_kwargs={})
+    assert tokenizer.decode(row["prompt_ids"]) == "3+4="
+    assert row["completion_ids"][-1] == tokenizer.eos_token_id and row["label"] is True
+    assert tokenizer.decode(row["completion_ids"][:-1]) == "7"
+
+
+@pytest.mark.parametrize("weights", ["lora", "full"])
+def test_kto_learns_the_desirable_answer(tiny_checkpoint, tmp_path, weights):
+    write_jsonl(tmp_path / "samples.jsonl", kto_samples(64))
+    output = tmp_path / "kto-round1" / ("adapter" if weights == "lora" else "checkpoint")
+    run = RoundRun(
+        weights=weights,
+        base_model_path=str(tiny_checkpoint),
+        data_path=str(tmp_path / "samples.jsonl"),
+        output_dir=str(output),
+        lora={"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"} if weights == "lora" else None,
+        training=training_section(num_epochs=6, learning_rate=2e-2 if weights == "lora" else 5e-3)
+        | {"batch_size": 16, "max_length": 16},
+        chat_template=False,
+        chat_template_kwargs={},
+        seed=0,
+        threads=2,
+        dtype="auto",
+        trust_remote_code=False,
+    )
+    options = {"beta": 0.1, "loss": "kto", "desirable_weight": None, "undesirable_weight": None}
+    metrics = train_round("kto", run, options, log_path=tmp_path / "kto.log")
+    assert metrics["training_method"] == "kto" and metrics["method"] == weights
+    assert metrics["global_step"] == 24 and metrics["num_examples"] == 64
+    margins = [entry["rewards/margins"] for entry in metrics["log_history"] if "rewards/margins" in entry]
+    assert margins and margins[-1] > 0, margins
+    adapter = output if weights == "lora" else None
+    backend = hf_backend(str(tiny_checkpoint if adapter else output), adapter_path=adapter, device="cpu", batch_size=4)
+    requests = [build_request(backend, resolved_prompt(user="{problem}="), {"problem": "3+4"}, 0)]
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=1)
+    assert [result.generation for result in backend.generate(requests, greedy)] == ["7"], "it prefers the answer"

@@ -1,0 +1,211 @@
+"""profiles/slurm, for real: the pipeline through sbatch on a single-node SLURM cluster, and its GPU requests.
+
+The end-to-end test brings up the cluster itself (tests/external/slurm/setup-slurm.sh: apt-get installs
+munge, slurmctld, slurmd, slurmdbd and MariaDB, as root, ~20 s the first time), layers
+tests/external/slurm/profile.yaml over profiles/slurm (a CPU-only node with two pretend GPUs, 2 CPUs, short
+status checks), runs a small default config through `snakemake --profile`, and checks with the job
+logs and `sacct` that every non-local job ran as a SLURM job, with a GPU where the profile asks for one.
+Run it alone with `python3 -m pytest tests/external/test_slurm.py` (it is marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import QWEN25_15B, REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
+
+from snakeskills.job import snakemake_command
+
+SETUP = REPO / "tests/external/slurm/setup-slurm.sh"
+PROFILE = REPO / "profiles/slurm/config.yaml"
+TEST_PROFILE = REPO / "tests/external/slurm/profile.yaml"
+EXAMPLE = REPO / "config/examples/qwen2.5-1.5b-instruct-gsm8k-math500.yaml"
+RESULTS = "results/tiny-arithmetic"
+
+# rules whose jobs go to SLURM, and the ones the Snakefile's `localrules:` keeps in the main process
+# (named by their log folder under results/<experiment>/logs/)
+SUBMITTED = {"prepare_data", "build_tiny_model", "generate", "judge", "summarize", "sft_data", "sft"}
+LOCAL = {"merge_judged", "eval", "report", "settings"}  # report: the plots; settings: the settings files
+GPU_RULES = {"generate", "sft"}
+# the environment a user's login shell may carry that would point sbatch elsewhere
+SLURM_VARIABLES = ("SBATCH_PARTITION", "SBATCH_ACCOUNT", "SLURM_JOB_ID", "SLURM_CONF")
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` applied key by key, mappings merged recursively."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def layered_profile(folder: Path) -> Path:
+    """profiles/slurm with tests/external/slurm/profile.yaml merged in, written as ``folder``/config.yaml."""
+    profile = merge(yaml.safe_load(PROFILE.read_text()), yaml.safe_load(TEST_PROFILE.read_text()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return folder
+
+
+def small_config(path: Path) -> Path:
+    """The embedded default, smaller: 2 seeds x 1 chunk, a few hundred problems, one short SFT epoch."""
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 100, "train": 300, "test": 100})
+    config["tiny_model"]["stop_at_accuracy"] = 0.3
+    config["sft"]["training"]["num_epochs"] = 1
+    return write_config(path, config)
+
+
+def clean_environment() -> dict:
+    return {key: value for key, value in os.environ.items() if key not in SLURM_VARIABLES}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """A running single-node SLURM cluster on this machine (installed and started on first use)."""
+    if os.geteuid() != 0:
+        pytest.skip("the SLURM test cluster needs root: it installs slurm with apt-get and starts its daemons")
+    if shutil.which("apt-get") is None:
+        pytest.skip("the SLURM test cluster needs apt-get (Debian or Ubuntu) to install slurm")
+    process = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
+    assert process.returncode == 0, f"{SETUP} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+
+
+def slurm_job_ids(logs: Path) -> dict[str, dict[Path, str | None]]:
+    """{rule log folder: {log file: the SLURM job id it records, or None}} for every job log of a run."""
+    found: dict[str, dict[Path, str | None]] = defaultdict(dict)
+    for log in sorted(logs.rglob("*.log")):
+        match = re.search(r"SLURM job (\d+)", log.read_text())
+        found[log.relative_to(logs).parts[0]][log] = match.group(1) if match else None
+    return found
+
+
+def sacct(job_ids: set[str]) -> dict[str, tuple[str, str]]:
+    """{job id: (state, allocated TRES)} from the accounting database."""
+    output = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", ",".join(sorted(job_ids)), "-o", "JobID,State,AllocTRES"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split("|") for line in output.splitlines() if line]
+    return {job_id: (state, tres) for job_id, state, tres in rows}
+
+
+@pytest.mark.slow
+def test_pipeline_runs_as_slurm_jobs(slurm_cluster, tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    profile = layered_profile(tmp_path / "profile")
+    configfile = small_config(tmp_path / "config.yaml")
+    command = snakemake_command(REPO / "Snakefile", workdir, configfile, "--profile", str(profile))
+    # Snakemake can hang on a stuck status check; SIGINT (then SIGKILL 60 s later) cancels it and its jobs
+    process = subprocess.run(
+        ["timeout", "-s", "INT", "-k", "60", "900", *command],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=clean_environment(),
+    )
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-6000:]
+    assert "has been submitted with SLURM jobid" in output
+    summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
+    assert list(summary) == ["base", "round1"]
+
+    logged = slurm_job_ids(workdir / RESULTS / "logs")
+    assert set(logged) == SUBMITTED | LOCAL, "every rule's logs are accounted for"
+    for rule in SUBMITTED:
+        missing = [str(log) for log, job_id in logged[rule].items() if job_id is None]
+        assert not missing, f"{rule} jobs that did not run under SLURM: {missing}"
+    for rule in LOCAL:
+        assert not any(logged[rule].values()), f"{rule} is a local rule but ran under SLURM"
+
+    # generate and judge go out together: one submission per (model, benchmark, split) here
+    generate_jobs = set(logged["generate"].values())
+    assert set(logged["judge"].values()) == generate_jobs
+    assert len(generate_jobs) == 3, "base/train, base/test and round1/test groups"
+
+    all_jobs = {job_id for rule in SUBMITTED for job_id in logged[rule].values()}
+    accounting = sacct(all_jobs)
+    assert set(accounting) == all_jobs, "sacct knows every job the logs name"
+    for rule in SUBMITTED:
+        for job_id in set(logged[rule].values()):
+            state, tres = accounting[job_id]
+            assert state == "COMPLETED", (rule, job_id, state)
+            asked_gpu = "gres/gpu=1" in tres
+            assert asked_gpu == (rule in GPU_RULES or rule == "judge"), (rule, job_id, tres)
+
+
+def resources_by_rule(output: str) -> dict[str, set[str]]:
+    """{rule: the distinct `resources:` lines of its jobs} from a dry run's job listing."""
+    resources: dict[str, set[str]] = defaultdict(set)
+    rule = None
+    for line in output.splitlines():
+        line = line.strip()
+        if match := re.match(r"^(?:local)?rule (\w+):$", line):
+            rule = match.group(1)
+        elif line.startswith("resources:") and rule:
+            resources[rule].add(line)
+    return resources
+
+
+def has_resources(line: str, **values: int) -> bool:
+    return all(re.search(rf"\b{name}={value}(,|$)", line) for name, value in values.items())
+
+
+def test_the_demo_asks_the_cluster_for_what_a_tiny_model_needs(tmp_path):
+    """The embedded default's 340k-parameter model: a few GB and under an hour per model job, not 64 GB and 8 h."""
+    command = snakemake_command(REPO / "Snakefile", tmp_path, None, "--profile", "profiles/slurm", "-n")
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=clean_environment(), timeout=300)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    assert resources["generate"] and resources["sft"], output[-3000:]
+    assert all(has_resources(line, mem_mb=4000, runtime=21) for line in resources["generate"]), resources
+    assert all(has_resources(line, mem_mb=5000, runtime=31) for line in resources["sft"]), resources
+    assert all(has_resources(line, mem_mb=8000, runtime=15) for line in resources["judge"]), resources
+
+
+def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
+    folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
+    # the checkpoint's real sizes: memory and runtime follow them
+    (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text(json.dumps(QWEN25_15B))
+    command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
+    # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
+    login_node = tmp_path / "login-node-bin"
+    login_node.mkdir()
+    (login_node / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (login_node / "sbatch").chmod(0o755)
+    environment = clean_environment()
+    environment["PATH"] = f"{login_node}:{environment['PATH']}"
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment, timeout=300)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    counts = job_counts(output)
+    assert counts["generate"] == 144 and counts["sft"] == 1
+    resources = resources_by_rule(output)
+    for rule in ("generate", "sft"):
+        assert resources[rule], f"no {rule} jobs listed"
+        for line in resources[rule]:
+            assert re.search(r"\bgpu=1\b", line) and "cpus_per_gpu=8" in line, (rule, line)
+    # vLLM: 8 GB + 2.5x the bf16 weights, 20 min + 40 per billion parameters; LoRA: 4 GB + 3x, 30 min + 60 per
+    # billion parameters per epoch (2)
+    assert all(has_resources(line, mem_mb=16000, runtime=82) for line in resources["generate"]), resources["generate"]
+    assert all(has_resources(line, mem_mb=13000, runtime=216) for line in resources["sft"]), resources
+    for rule in ("prepare_data", "judge", "summarize", "sft_data"):
+        assert resources[rule], f"no {rule} jobs listed"
+        for line in resources[rule]:
+            assert "gpu" not in line, (rule, line)
+    # generate and judge jobs are grouped: 8 seed x chunk components per (model, benchmark, split)
+    assert output.count("Group job generate_judge_") == counts["generate"] // 8

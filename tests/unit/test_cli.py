@@ -1,0 +1,139 @@
+"""The per-chunk jobs' command line (snakeskills.cli) and how settings reach it through a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+from snakemake.utils import format as snakemake_format
+
+from snakeskills.cli import parse_wildcards
+from snakeskills.io import read_jsonl, write_json, write_jsonl
+from snakeskills.job import JobSettings
+
+
+def test_parse_wildcards_reads_snakemakes_form():
+    text = "benchmark=gsm8k,chunk=3,model=round1,num_chunks=10,seed=7,split=test"
+    assert parse_wildcards(text) == {
+        "benchmark": "gsm8k",
+        "chunk": "3",
+        "model": "round1",
+        "num_chunks": "10",
+        "seed": "7",
+        "split": "test",
+    }
+    with pytest.raises(argparse.ArgumentTypeError, match="name=value"):
+        parse_wildcards("chunk=3,seed")
+    with pytest.raises(argparse.ArgumentTypeError, match="lack num_chunks"):
+        parse_wildcards("chunk=3,seed=1")
+
+
+def test_job_settings_reach_the_command_as_one_quoted_json_argument():
+    settings = {"regex": r"\$(\d+)'", "note": '$(touch PWNED) `id`; "quoted"', "timeout_seconds": 5}
+    command = snakemake_format("judge --settings-json {params.judge:q} --threads 2", params=_params(settings))
+    arguments = shlex.split(command)
+    assert arguments[:2] == ["judge", "--settings-json"] and arguments[3:] == ["--threads", "2"]
+    assert json.loads(arguments[2]) == settings
+    # the params rerun trigger records repr(): the dict's, so equal settings give equal records
+    assert repr(JobSettings(settings)) == repr(settings)
+
+
+def _params(settings: dict):
+    return argparse.Namespace(judge=JobSettings(settings))
+
+
+def run_cli(*arguments: str, cwd=None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakeskills.cli", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+
+
+def test_judge_command_judges_a_chunk(tmp_path):
+    generations = tmp_path / "chunk.jsonl"
+    write_jsonl(
+        generations,
+        [
+            {"id": "a", "problem": "1+1", "expected_answer": "2", "generation": "so \\boxed{2}"},
+            {"id": "b", "problem": "2+2", "expected_answer": "4", "generation": "no answer"},
+        ],
+    )
+    settings = {"extraction": "boxed", "regex": None, "equivalence": "math-verify", "timeout_seconds": 5}
+    settings["memory_limit_mb"] = 2048
+    process = run_cli(
+        "judge",
+        "--settings-json",
+        json.dumps(settings),
+        "--threads",
+        "1",
+        "--input",
+        str(generations),
+        "--output",
+        str(tmp_path / "judged.jsonl"),
+        "--log",
+        str(tmp_path / "judge.log"),
+    )
+    assert process.returncode == 0, process.stderr + (tmp_path / "judge.log").read_text()
+    judged = read_jsonl(tmp_path / "judged.jsonl")
+    assert [row["symbolic_correct"] for row in judged] == [True, False]
+    assert [row["predicted_answer"] for row in judged] == ["2", None]
+
+
+def test_a_judge_job_finds_a_users_extraction_in_the_working_directory(tmp_path):
+    """As a workflow's judge job runs (`python -m snakeskills.cli` in the run's folder): a module there is the
+    user's `module:function`."""
+    (tmp_path / "answers.py").write_text("def after_equals(text, regex):\n    return text.rpartition('=')[2] or None\n")
+    write_jsonl(
+        tmp_path / "chunk.jsonl", [{"id": "a", "problem": "1+1", "expected_answer": "2", "generation": "1+1=2"}]
+    )
+    settings = {"extraction": "answers:after_equals", "regex": None, "equivalence": "exact"}
+    settings.update(timeout_seconds=5, memory_limit_mb=None)
+    process = run_cli(
+        *("judge", "--settings-json", json.dumps(settings), "--threads", "1", "--input", "chunk.jsonl"),
+        *("--output", "judged.jsonl", "--log", "judge.log"),
+        cwd=tmp_path,
+    )
+    assert process.returncode == 0, process.stderr
+    (row,) = read_jsonl(tmp_path / "judged.jsonl")
+    assert (row["predicted_answer"], row["symbolic_correct"]) == ("2", True)
+
+
+def test_bad_settings_fail_naming_the_argument_or_file(tmp_path):
+    process = run_cli(
+        "judge",
+        "--settings-json",
+        "{not json",
+        "--threads",
+        "1",
+        "--input",
+        str(tmp_path / "missing.jsonl"),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--log",
+        str(tmp_path / "judge.log"),
+    )
+    assert process.returncode == 1
+    assert "--settings-json is not JSON" in process.stderr
+
+    settings_file = tmp_path / "settings.json"
+    write_json(settings_file, {"model": {}, "generation": {}})
+    process = run_cli(
+        "generate",
+        "--wildcards",
+        "chunk=0,num_chunks=1,seed=0",
+        "--settings",
+        str(settings_file),
+        "--threads",
+        "1",
+        "--gpus",
+        "0",
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--log",
+        str(tmp_path / "generate.log"),
+    )
+    assert process.returncode == 1
+    assert f"{settings_file}: settings file lacks split, model_path, adapter_path, prompt" in process.stderr
+    assert not (tmp_path / "out.jsonl").exists()

@@ -1,0 +1,167 @@
+"""GPUs as a resource: rules declare them, jobs claim their own devices, and `--resources gpu=1` (which the
+local profile sets on a machine with GPUs) runs GPU jobs one at a time.
+
+This machine has no GPU. A stand-in `nvidia-smi` on PATH lists pretend GPUs: it is what the profile and the
+jobs read to find a node's GPUs, and nothing here touches CUDA, so the scheduling and device claims are the
+real ones."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_snakemake, shrunk_default_config, write_config
+
+from snakeskills.backends import gpus
+from snakeskills.backends.gpus import claim_gpus, node_gpus
+from snakeskills.errors import SnakeskillsError
+
+RESULTS = "results/gpus"
+
+
+@pytest.fixture(autouse=True)
+def released_claims(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    yield
+    for lock in gpus._held:
+        lock.close()
+    gpus._held.clear()
+
+
+def fake_nvidia_smi(folder: Path, count: int) -> Path:
+    """A folder with an `nvidia-smi` that lists ``count`` pretend GPUs as `nvidia-smi -L` does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f'echo "GPU {index}: Pretend GPU (UUID: GPU-{index})"\n' for index in range(count))
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\n{lines}")
+    script.chmod(0o755)
+    return folder
+
+
+def test_node_gpus_from_visible_devices_or_nvidia_smi(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert node_gpus() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert node_gpus() == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'bin', 3)}:{os.environ['PATH']}")
+    assert node_gpus() == ["0", "1", "2"]
+
+
+def test_mig_instances_are_the_devices_jobs_claim(monkeypatch, tmp_path):
+    """A GPU split into MIG instances is seen by CUDA as its instances, named by UUID in CUDA_VISIBLE_DEVICES:
+    those are what jobs claim (nvidia-smi -L's listing, as on an A100 with two 1g.5gb instances)."""
+    listing = (
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 1g.5gb      Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "  MIG 1g.5gb      Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0c1f2d0e-1a4b-4f0e-9d5e-3c6a7b8d9e0f)\n"
+    )
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    instances = ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb"]
+    assert node_gpus() == [*instances, "1"]
+    assert claim_gpus(2, tmp_path / "claims") == instances
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(instances)
+
+
+def test_jobs_claim_different_gpus_and_see_only_theirs(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert claim_gpus(1, tmp_path) == ["4"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4"
+    # a second job on the node: GPU 4 is held (flock locks conflict across open files, even in one process)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert claim_gpus(2, tmp_path) == ["5", "6"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,6"
+    # once the first job's claim ends, its GPU is free again
+    gpus._held.pop(0).close()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert claim_gpus(1, tmp_path) == ["4"]
+
+
+def test_a_job_without_gpus_sees_none_and_slurm_allocations_stay(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert claim_gpus(0, tmp_path) == []
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert claim_gpus(1, tmp_path) == ["3"]
+    assert not list(tmp_path.glob("gpu-*.lock"))  # SLURM assigned it: nothing claimed here
+
+
+def test_a_pinned_device_takes_that_gpus_claim_and_keeps_the_devices_it_sees(monkeypatch, tmp_path):
+    """hf `device: cuda:1`: the job waits for GPU 1's claim (another job may hold it) and still sees both GPUs,
+    so that cuda:1 names the same device; a job claiming any free GPU then gets the other one."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    assert claim_gpus(1, tmp_path, pinned=1) == ["7"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert claim_gpus(1, tmp_path) == ["6"], "GPU 7 is held by the pinned job"
+    gpus._held.pop(0).close()  # the pinned job ends; GPU 7 is free again
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    with pytest.raises(SnakeskillsError, match=r"generation.device is cuda:2 but the node has 2 GPU"):
+        claim_gpus(1, tmp_path, pinned=2)
+
+
+def test_a_pinned_device_waits_while_another_job_holds_it(monkeypatch, tmp_path):
+    import threading
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert claim_gpus(1, tmp_path) == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    claimed = []
+    waiter = threading.Thread(target=lambda: claimed.append(claim_gpus(1, tmp_path, poll_seconds=0.05, pinned=0)))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not claimed, "GPU 0 is held: the pinned job waits instead of sharing it"
+    gpus._held.pop(0).close()
+    waiter.join(5)
+    assert claimed == [["0"]]
+
+
+def test_more_gpus_than_the_node_has_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(SnakeskillsError, match=r"declares gpu=2 but the node has 1 GPU"):
+        claim_gpus(2, tmp_path)
+
+
+def small_config(workdir: Path) -> Path:
+    """The tiny default, shrunk: 2 seeds of 1 chunk, on device auto (so its GPU jobs declare gpu=1)."""
+    config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 400, "test": 200})
+    config["experiment"] = "gpus"
+    config["generation"]["device"] = "auto"
+    return write_config(workdir / "config.yaml", config)
+
+
+def job_interval(log: Path) -> tuple[datetime.datetime, datetime.datetime]:
+    """When a job started and finished, from its log's first and last lines (script_logging writes both)."""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", log.read_text(), flags=re.MULTILINE)
+    assert "job finished" in log.read_text(), log
+    return tuple(datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (stamps[0], stamps[-1]))
+
+
+@pytest.mark.slow
+def test_one_gpu_runs_gpu_jobs_one_at_a_time(tmp_path):
+    """The local profile finds one (pretend) GPU and sets gpu=1: GPU jobs never overlap, each claims GPU 0."""
+    environment = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path / 'bin', 1)}:{os.environ['PATH']}"}
+    environment.pop("CUDA_VISIBLE_DEVICES", None)
+    environment["XDG_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    (tmp_path / "runtime").mkdir(mode=0o700)
+    process = run_snakemake(tmp_path, "--cores", "2", configfile=small_config(tmp_path), env=environment)
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    logs = tmp_path / RESULTS / "logs"
+    gpu_logs = sorted([*logs.glob("generate/**/*.log"), *logs.glob("sft/*.log")])
+    assert len(gpu_logs) == 2 * 2 + 2 * 1 + 1  # base: train + test seeds; round1: test seeds; sft
+    intervals = sorted(job_interval(log) for log in gpu_logs)
+    for (_, previous_end), (next_start, _) in zip(intervals, intervals[1:], strict=False):
+        assert previous_end <= next_start, intervals
+    for log in gpu_logs:
+        assert "claimed GPU(s) 0 of 0" in log.read_text(), log
+    # CPU jobs are not held back by the GPU limit: they claim nothing and see no GPU
+    judge_log = next(logs.glob("judge/**/*.log"))
+    assert "claimed GPU" not in judge_log.read_text()
