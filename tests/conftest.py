@@ -451,6 +451,6 @@ def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_le
         threads=1,
         processes=settings.pop("processes", 1),
         distributed="ddp",
-        **{**training, "max_length": max_length, **settings},
+        training={**training, "max_length": max_length, **settings},
     )
     return [trainer.train_dataset[index] for index in range(len(trainer.train_dataset))], trainer

@@ -5,12 +5,16 @@ from __future__ import annotations
 import re
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.training.methods import TRAINING_METHODS
 
 
 def check_model_name(name: str, key: str) -> None:
-    if name.startswith(("round", "dpo-round", "grpo-round")):
+    """A model's name must not look like a tuned round's (round1, dpo-round1, ...: every training method's)."""
+    reserved = [method.tuned_model_name(1).removesuffix("1") for method in TRAINING_METHODS.values()]
+    if name.startswith(tuple(reserved)):
+        *others, last = (f"'{prefix}'" for prefix in reserved)
         raise SnakeskillsError(
-            f"config key {key} must not start with 'round', 'dpo-round' or 'grpo-round' (reserved for tuned models)"
+            f"config key {key} must not start with {', '.join(others)} or {last} (reserved for tuned models)"
         )
 
 

@@ -23,17 +23,23 @@ def optimizer_steps(examples: int, training: dict) -> int:
     return math.ceil(training["num_epochs"] * math.ceil(examples / training["batch_size"]))
 
 
+def too_few(thresholds: dict, *counts: tuple[int, str, str]) -> list[str]:
+    """What falls short: each (count, its threshold's key in ``warnings``, what was counted) below its threshold."""
+    return [
+        f"{what} (warnings.{key} {thresholds[key]})" for count, key, what in counts if count < thresholds[key]
+    ]
+
+
 def sft_warnings(model: str, stats: dict, training: dict, thresholds: dict) -> list[str]:
     """``stats``: the round's sft stats.json (kept, problems_covered, judged); ``training``: sft.training."""
     examples, problems = stats["kept"], stats["problems_covered"]
     steps = optimizer_steps(examples, training)
-    weak = []
-    if examples < thresholds["min_sft_examples"]:
-        weak.append(f"{examples} SFT examples (warnings.min_sft_examples {thresholds['min_sft_examples']})")
-    if problems < thresholds["min_sft_problems"]:
-        weak.append(f"from {problems} problems (warnings.min_sft_problems {thresholds['min_sft_problems']})")
-    if steps < thresholds["min_optimizer_steps"]:
-        weak.append(f"{steps} optimizer steps (warnings.min_optimizer_steps {thresholds['min_optimizer_steps']})")
+    weak = too_few(
+        thresholds,
+        (examples, "min_sft_examples", f"{examples} SFT examples"),
+        (problems, "min_sft_problems", f"from {problems} problems"),
+        (steps, "min_optimizer_steps", f"{steps} optimizer steps"),
+    )
     if not weak:
         return []
     return [
@@ -49,13 +55,9 @@ def training_warnings(model: str, cost: dict, thresholds: dict) -> list[str]:
     (min_optimizer_steps)."""
     method = training_method(cost["method"])
     examples, problems, steps = cost["examples"], cost["problems"], cost["optimizer_steps"]
-    weak = []
-    if method.warn_on_examples and examples < thresholds["min_sft_examples"]:
-        weak.append(f"{examples} {method.examples} (warnings.min_sft_examples {thresholds['min_sft_examples']})")
-    if problems < thresholds["min_sft_problems"]:
-        weak.append(f"{problems} problems (warnings.min_sft_problems {thresholds['min_sft_problems']})")
-    if steps < thresholds["min_optimizer_steps"]:
-        weak.append(f"{steps} optimizer steps (warnings.min_optimizer_steps {thresholds['min_optimizer_steps']})")
+    counted = [(examples, "min_sft_examples", f"{examples} {method.examples}")] if method.warn_on_examples else []
+    counted += [(problems, "min_sft_problems", f"{problems} problems")]
+    weak = too_few(thresholds, *counted, (steps, "min_optimizer_steps", f"{steps} optimizer steps"))
     if not weak:
         return []
     return [

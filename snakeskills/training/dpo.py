@@ -14,32 +14,24 @@ import logging
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
-from snakeskills.prompts import encode_messages
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, step_logger
+from snakeskills.training.trainer import check_batch_divides, tokenized_answers, tokenized_trainer
 
 logger = logging.getLogger(__name__)
 
 
-def tokenize_pairs(records: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict) -> list[dict]:
+SIDES = ("chosen", "rejected")
+
+
+def tokenize_pairs(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
     """Each pair as ``prompt_ids`` (as generation built them), ``chosen_ids`` and ``rejected_ids`` (the answer's
     tokens and EOS), the columns ``DPOTrainer``'s collator reads."""
-    if tokenizer.eos_token_id is None:
-        raise SnakeskillsError("the tokenizer has no eos_token; DPO needs one to end each answer")
-    rows = []
-    for record in records:
-        prompt_ids = encode_messages(
-            record["prompt"],
-            chat_template=chat_template,
-            chat_template_kwargs=chat_template_kwargs,
-            tokenizer=tokenizer,
+    return [
+        tokenized_answers(
+            record["prompt"], {f"{side}_ids": record[side][-1]["content"] for side in SIDES}, tokenizer, run, "DPO"
         )
-        answers = {}
-        for side in ("chosen", "rejected"):
-            text = record[side][-1]["content"]
-            answers[f"{side}_ids"] = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append({"prompt_ids": list(prompt_ids), **answers})
-    return rows
+        for record in records
+    ]
 
 
 def dpo_trainer_class():
@@ -69,12 +61,9 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
         raise SnakeskillsError(f"{run.data_path}: no preference pairs to train on")
 
     def build(model, tokenizer):
-        import datasets
         from trl import DPOConfig
 
-        rows = tokenize_pairs(
-            records, tokenizer, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs
-        )
+        rows = tokenize_pairs(records, tokenizer, run)
         common = run.trainer_arguments()
         losses = [loss, "sft"] if nll_weight > 0 else [loss]
         weights = [1.0, nll_weight] if nll_weight > 0 else None
@@ -89,13 +78,7 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
         hyperparameters = {**common, "max_length": run.training["max_length"], "beta": beta, "loss": losses}
         hyperparameters["w"] = weights
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
-        trainer = dpo_trainer_class()(
-            model=model,
-            args=arguments,
-            train_dataset=datasets.Dataset.from_list(rows),
-            processing_class=tokenizer,
-            callbacks=[step_logger()],
-        )
+        trainer = tokenized_trainer(dpo_trainer_class(), model, tokenizer, arguments, rows)
         return trainer, resume_from, len(rows)
 
     return run_round(run, "dpo", build)

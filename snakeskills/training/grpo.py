@@ -17,7 +17,7 @@ from snakeskills.generation.model_job import text_fields
 from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, step_logger
+from snakeskills.training.trainer import check_batch_divides, tokenized_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,6 @@ def train(
         raise SnakeskillsError("grpo.rewards: every weight is 0, so every completion has the same reward")
 
     def build(model, tokenizer):
-        import datasets
         from trl import GRPOConfig
 
         rows, prompt_ids = rl_dataset_rows(
@@ -176,14 +175,8 @@ def train(
         functions = dict(zip(REWARD_TERMS, reward.functions(), strict=True))
         trainer_class = grpo_trainer_class()
         trainer_class.prompt_token_ids = prompt_ids
-        trainer = trainer_class(
-            model=model,
-            reward_funcs=[functions[term] for term in terms],
-            args=arguments,
-            train_dataset=datasets.Dataset.from_list(rows),
-            processing_class=tokenizer,
-            callbacks=[step_logger()],
-        )
+        reward_funcs = [functions[term] for term in terms]
+        trainer = tokenized_trainer(trainer_class, model, tokenizer, arguments, rows, reward_funcs=reward_funcs)
         return trainer, resume_from, len(rows)
 
     return run_round(run, "grpo", build)

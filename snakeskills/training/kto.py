@@ -15,30 +15,22 @@ import random
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
-from snakeskills.prompts import encode_messages
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, step_logger
+from snakeskills.training.trainer import check_batch_divides, tokenized_answers, tokenized_trainer
 
 logger = logging.getLogger(__name__)
 
 
-def tokenize_samples(records: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict) -> list[dict]:
+def tokenize_samples(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
     """Each sample as ``prompt_ids`` (as generation built them), ``completion_ids`` (the answer's tokens and EOS) and
     ``label``, the columns ``KTOTrainer``'s collator reads."""
-    if tokenizer.eos_token_id is None:
-        raise SnakeskillsError("the tokenizer has no eos_token; KTO needs one to end each answer")
-    rows = []
-    for record in records:
-        prompt_ids = encode_messages(
-            record["prompt"],
-            chat_template=chat_template,
-            chat_template_kwargs=chat_template_kwargs,
-            tokenizer=tokenizer,
+    return [
+        tokenized_answers(
+            record["prompt"], {"completion_ids": record["completion"][-1]["content"]}, tokenizer, run, "KTO"
         )
-        text = record["completion"][-1]["content"]
-        completion_ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append({"prompt_ids": list(prompt_ids), "completion_ids": completion_ids, "label": bool(record["label"])})
-    return rows
+        | {"label": bool(record["label"])}
+        for record in records
+    ]
 
 
 def balanced_weights(desirable: int, undesirable: int, desirable_weight, undesirable_weight) -> tuple[float, float]:
@@ -104,12 +96,9 @@ def train(
     random.Random(run.seed).shuffle(records)
 
     def build(model, tokenizer):
-        import datasets
         from trl import KTOConfig
 
-        rows = tokenize_samples(
-            records, tokenizer, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs
-        )
+        rows = tokenize_samples(records, tokenizer, run)
         common = run.trainer_arguments()
         settings = {
             "max_length": run.training["max_length"],
@@ -120,13 +109,7 @@ def train(
         }
         arguments = KTOConfig(**settings, train_sampling_strategy="sequential", **common)
         resume_from = run.claim_checkpoints(arguments, {**common, **settings}, rows)
-        trainer = kto_trainer_class()(
-            model=model,
-            args=arguments,
-            train_dataset=datasets.Dataset.from_list(rows),
-            processing_class=tokenizer,
-            callbacks=[step_logger()],
-        )
+        trainer = tokenized_trainer(kto_trainer_class(), model, tokenizer, arguments, rows)
         return trainer, resume_from, len(rows)
 
     return run_round(run, "kto", build)

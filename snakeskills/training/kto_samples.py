@@ -5,14 +5,10 @@ generation did."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import write_json, write_jsonl
-from snakeskills.training.samples import group_problems, in_pass_rate, pass_rate_counts, trained_text
-
-logger = logging.getLogger(__name__)
+from snakeskills.training.samples import problems_in_pass_rate, trained_text, write_round_data
 
 
 def select_kto_samples(
@@ -22,20 +18,12 @@ def select_kto_samples(
     kto.pass_rate) and the counts: problems kept and dropped by the filter, samples left out as repeats of the same
     text, cut off (an incorrect one only with ``include_truncated``) or over the per-problem cap, and the desirable
     and undesirable samples kept."""
-    problems = group_problems(judged_paths, benchmarks, prompts, samples["score"])
-    counts = {
-        "judged": sum(len(problem.samples) for problem in problems),
-        **pass_rate_counts(problems, pass_rate),
-        "duplicate": 0,
-        "truncated": 0,
-        "over_per_problem_cap": 0,
-    }
+    problems, counts = problems_in_pass_rate(judged_paths, benchmarks, prompts, samples["score"], pass_rate)
+    counts.update(duplicate=0, truncated=0, over_per_problem_cap=0)
     records = []
     kept_problems = 0
     cap = samples["max_per_problem"]
     for problem in problems:
-        if not in_pass_rate(problem, pass_rate):
-            continue
         seen: set[str] = set()
         kept = 0
         for sample, correct in zip(problem.samples, problem.correct, strict=True):
@@ -72,7 +60,4 @@ def write_kto_samples(judged_paths, benchmarks, prompts, samples, pass_rate, out
             f"no {kind} KTO samples among the previous model's judged train samples ({counts}): KTO needs both; "
             "sample more seeds (train_num_seeds), raise the sampling temperature, or widen kto.pass_rate"
         )
-    write_jsonl(output_path, records)
-    write_json(stats_path, counts)
-    logger.info("KTO samples: %s", counts)
-    return counts
+    return write_round_data(records, counts, output_path, stats_path, "KTO samples")

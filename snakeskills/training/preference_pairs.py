@@ -5,15 +5,12 @@ messages; the trainer encodes the prompt exactly as generation did), and the sam
 
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import iter_jsonl, write_json, write_jsonl
-from snakeskills.training.samples import Problem, group_problems, in_pass_rate, pass_rate_counts, trained_text
-
-logger = logging.getLogger(__name__)
+from snakeskills.io import iter_jsonl, write_json
+from snakeskills.training.samples import Problem, problems_in_pass_rate, trained_text, write_round_data
 
 
 def pair_indices(num_chosen: int, num_rejected: int, limit: int | None) -> list[tuple[int, int]]:
@@ -52,20 +49,11 @@ def select_pairs(
     """The preference pairs of every problem in the pass-rate range (``pairs``: dpo.pairs; ``pass_rate``:
     dpo.pass_rate) and the counts: problems kept and dropped by the filter, problems with only correct or only
     incorrect samples (no pair), samples left out as duplicates or cut off, pairs made."""
-    problems = group_problems(judged_paths, benchmarks, prompts, pairs["score"])
-    counts = {
-        "judged": sum(len(problem.samples) for problem in problems),
-        **pass_rate_counts(problems, pass_rate),
-        "only_correct": 0,
-        "only_incorrect": 0,
-        "duplicate": 0,
-        "truncated": 0,
-    }
+    problems, counts = problems_in_pass_rate(judged_paths, benchmarks, prompts, pairs["score"], pass_rate)
+    counts.update(only_correct=0, only_incorrect=0, duplicate=0, truncated=0)
     records = []
     paired_problems = 0
     for problem in problems:
-        if not in_pass_rate(problem, pass_rate):
-            continue
         chosen, rejected, left_out = problem_texts(problem, pairs["include_truncated"])
         counts["duplicate"] += left_out["duplicate"]
         counts["truncated"] += left_out["truncated"]
@@ -100,10 +88,7 @@ def write_preference_pairs(judged_paths, benchmarks, prompts, pairs, pass_rate, 
             f"no DPO pairs: no train problem has both a correct and an incorrect sample of the previous model "
             f"({counts}); sample more seeds (train_num_seeds), raise the sampling temperature, or widen dpo.pass_rate"
         )
-    write_jsonl(output_path, records)
-    write_json(stats_path, counts)
-    logger.info("DPO pairs: %s", counts)
-    return counts
+    return write_round_data(records, counts, output_path, stats_path, "DPO pairs")
 
 
 def to_pairwise_alpaca(record: dict) -> dict:

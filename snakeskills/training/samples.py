@@ -6,11 +6,12 @@ never solved gives GRPO a group with no advantage and DPO no pair)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import iter_jsonl
+from snakeskills.io import iter_jsonl, write_json, write_jsonl
 from snakeskills.prompts import build_messages
 
 SCORES = {
@@ -131,3 +132,21 @@ def pass_rate_counts(problems: list[Problem], bounds: dict) -> dict:
         "problems_never_solved": sum(not any(problem.correct) for problem in problems),
         "problems_always_solved": sum(all(problem.correct) for problem in problems),
     }
+
+
+def problems_in_pass_rate(
+    judged_paths: list[str | Path], benchmarks: list[str], prompts: list[dict], score: str, bounds: dict
+) -> tuple[list[Problem], dict]:
+    """The problems of the judged samples (``group_problems``) whose pass rate lies in ``bounds``, and the counts a
+    round's stats.json opens with: the samples judged and how the pass-rate filter treated the problems."""
+    problems = group_problems(judged_paths, benchmarks, prompts, score)
+    counts = {"judged": sum(len(problem.samples) for problem in problems), **pass_rate_counts(problems, bounds)}
+    return [problem for problem in problems if in_pass_rate(problem, bounds)], counts
+
+
+def write_round_data(records: list[dict], counts: dict, output_path, stats_path, what: str) -> dict:
+    """A round's training data (JSONL) and its counts (stats.json), written atomically, the counts logged."""
+    write_jsonl(output_path, records)
+    write_json(stats_path, counts)
+    logging.getLogger(__name__).info("%s: %s", what, counts)
+    return counts

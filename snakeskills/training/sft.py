@@ -13,7 +13,7 @@ from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
 from snakeskills.training.checkpoints import claim_checkpoints, trainer_dir_for
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import run_trainer, step_logger, trainer_arguments
+from snakeskills.training.trainer import run_trainer, section_trainer_arguments, step_logger
 
 # the label of a token the loss is not on (the prompt's, as TRL's collator masks it)
 IGNORE_INDEX = -100
@@ -48,20 +48,10 @@ def sft_trainer(
     tokenizer,
     examples: list[dict],
     *,
+    training: dict,
     output_dir: str | Path,
     run_identity: dict,
-    num_epochs: float,
-    learning_rate: float,
-    batch_size: int,
     seed: int,
-    max_length: int,
-    weight_decay: float,
-    warmup_steps: float,
-    checkpoint_steps: int,
-    gradient_accumulation_steps: int,
-    gradient_checkpointing: bool,
-    bf16: str | bool,
-    packing: bool,
     threads: int,
     processes: int,
     distributed: str,
@@ -70,9 +60,10 @@ def sft_trainer(
     """TRL's ``SFTTrainer`` for ``model`` on ``examples`` (``prompt_ids``, ``completion``), with the loss on the
     completions only; returns (trainer, the checkpoint to resume from or None).
 
-    ``batch_size`` is the examples per optimizer step: each of the ``processes`` takes ``batch_size /
-    (processes x gradient_accumulation_steps)`` per forward pass. ``bf16`` "auto" trains in bfloat16 mixed
-    precision where the GPU supports it (float32 on a CPU). ``packing`` puts several examples in one row
+    ``training`` is a training section (sft.training, tiny_model.training): ``batch_size`` is the examples per
+    optimizer step: each of the ``processes`` takes ``batch_size / (processes x gradient_accumulation_steps)`` per
+    forward pass. ``bf16`` "auto" trains in bfloat16 mixed precision where the GPU supports it (float32 on a CPU).
+    ``packing`` puts several examples in one row
     (TRL's best-fit decreasing, without padding; each example attends to itself only, by its position ids).
 
     With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
@@ -88,26 +79,14 @@ def sft_trainer(
 
     if not examples:
         raise ValueError("no training examples: nothing to fine-tune on")
+    max_length, packing = training["max_length"], training["packing"]
     dataset = tokenize_prompt_completion(tokenizer, examples, max_length)
-    common = trainer_arguments(
-        output_dir=output_dir,
-        num_epochs=num_epochs,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
-        seed=seed,
-        weight_decay=weight_decay,
-        warmup_steps=warmup_steps,
-        checkpoint_steps=checkpoint_steps,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        gradient_checkpointing=gradient_checkpointing,
-        bf16=bf16,
-        threads=threads,
-        processes=processes,
-        distributed=distributed,
+    common = section_trainer_arguments(
+        training, output_dir=output_dir, seed=seed, threads=threads, processes=processes, distributed=distributed
     )
     arguments = SFTConfig(max_length=max_length, completion_only_loss=True, packing=packing, **common)
     hyperparameters = {**common, "max_length": max_length, "packing": packing}
-    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples, checkpoint_steps)
+    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples, training["checkpoint_steps"])
     trainer = SFTTrainer(
         model=model,
         args=arguments,
@@ -163,7 +142,7 @@ def train(run: RoundRun) -> dict:
             threads=run.threads,
             processes=run.processes,
             distributed=run.distributed,
-            **run.training,
+            training=run.training,
         )
         return trainer, resume_from, len(examples)
 

@@ -7,15 +7,12 @@ LLaMA-Factory, so a user can train elsewhere.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import iter_jsonl, write_json, write_jsonl
+from snakeskills.io import iter_jsonl, write_json
 from snakeskills.prompts import build_messages
-from snakeskills.training.samples import is_correct, sample_pass_rates, trained_text
-
-logger = logging.getLogger(__name__)
+from snakeskills.training.samples import is_correct, sample_pass_rates, trained_text, write_round_data
 
 
 def select_sft_records(
@@ -106,10 +103,7 @@ def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stat
             f"no SFT examples survived the filters ({counts}); the model solved none of the training problems "
             "- sample more seeds, bootstrap longer, or relax sft.filters"
         )
-    write_jsonl(output_path, records)
-    write_json(stats_path, counts)
-    logger.info("SFT dataset: %s", counts)
-    return counts
+    return write_round_data(records, counts, output_path, stats_path, "SFT dataset")
 
 
 def to_alpaca(record: dict) -> dict:

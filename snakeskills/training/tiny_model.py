@@ -164,7 +164,7 @@ def build_and_bootstrap(
         processes=1,
         distributed="ddp",
         callbacks=[stopper],
-        **training,
+        training=training,
     )
     metrics["num_parameters"] = num_parameters
     metrics["validation_history"] = stopper.history

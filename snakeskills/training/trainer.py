@@ -183,6 +183,39 @@ def step_logger(min_interval: float = 30.0):
     return StepLogger()
 
 
+def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, run, method: str) -> dict:
+    """A trainer's row: ``prompt_ids``, the prompt's messages exactly as generation encodes them
+    (``prompts.encode_messages`` with the round's chat template settings, ``run``), and each answer, by its column,
+    tokenized on its own as the model generated it after the prompt and ended with the tokenizer's EOS (a preference
+    method scores the whole answer, its end included)."""
+    from snakeskills.prompts import encode_messages
+
+    if tokenizer.eos_token_id is None:
+        raise SnakeskillsError(f"the tokenizer has no eos_token; {method} needs one to end each answer")
+    prompt_ids = encode_messages(
+        prompt, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs, tokenizer=tokenizer
+    )
+    row = {"prompt_ids": list(prompt_ids)}
+    for column, text in answers.items():
+        row[column] = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return row
+
+
+def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dict], **extra):
+    """``trainer_class`` (a TRL trainer taking its dataset as token ids) on ``rows``, with the step lines in the job's
+    log; ``extra``: the trainer's own arguments (GRPO's reward functions)."""
+    import datasets
+
+    return trainer_class(
+        model=model,
+        args=arguments,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[step_logger()],
+        **extra,
+    )
+
+
 def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
     """Train (from ``resume_from``, a checkpoint, when given); returns the run's metrics: the trainer's, the examples
     trained on, the checkpoint resumed from, steps, processes, and the logged history (loss, rewards by step)."""

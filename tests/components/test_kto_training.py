@@ -27,11 +27,29 @@ def kto_samples(count: int) -> list[dict]:
     return rows
 
 
-def test_samples_are_encoded_as_generation_encodes_them(tiny_checkpoint):
+def round_run(tiny_checkpoint, tmp_path, weights: str, **training) -> RoundRun:
+    """A KTO round of the tiny model on ``tmp_path``/samples.jsonl."""
+    return RoundRun(
+        weights=weights,
+        base_model_path=str(tiny_checkpoint),
+        data_path=str(tmp_path / "samples.jsonl"),
+        output_dir=str(tmp_path / "kto-round1" / ("adapter" if weights == "lora" else "checkpoint")),
+        lora={"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"} if weights == "lora" else None,
+        training=training_section(**training),
+        chat_template=False,
+        chat_template_kwargs={},
+        seed=0,
+        threads=2,
+        dtype="auto",
+        trust_remote_code=False,
+    )
+
+
+def test_samples_are_encoded_as_generation_encodes_them(tiny_checkpoint, tmp_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    (row,) = tokenize_samples(kto_samples(1), tokenizer, chat_template=False, chat_template_kwargs={})
+    (row,) = tokenize_samples(kto_samples(1), tokenizer, round_run(tiny_checkpoint, tmp_path, "lora"))
     assert tokenizer.decode(row["prompt_ids"]) == "3+4="
     assert row["completion_ids"][-1] == tokenizer.eos_token_id and row["label"] is True
     assert tokenizer.decode(row["completion_ids"][:-1]) == "7"
@@ -40,22 +58,9 @@ def test_samples_are_encoded_as_generation_encodes_them(tiny_checkpoint):
 @pytest.mark.parametrize("weights", ["lora", "full"])
 def test_kto_learns_the_desirable_answer(tiny_checkpoint, tmp_path, weights):
     write_jsonl(tmp_path / "samples.jsonl", kto_samples(64))
-    output = tmp_path / "kto-round1" / ("adapter" if weights == "lora" else "checkpoint")
-    run = RoundRun(
-        weights=weights,
-        base_model_path=str(tiny_checkpoint),
-        data_path=str(tmp_path / "samples.jsonl"),
-        output_dir=str(output),
-        lora={"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"} if weights == "lora" else None,
-        training=training_section(num_epochs=6, learning_rate=2e-2 if weights == "lora" else 5e-3)
-        | {"batch_size": 16, "max_length": 16},
-        chat_template=False,
-        chat_template_kwargs={},
-        seed=0,
-        threads=2,
-        dtype="auto",
-        trust_remote_code=False,
-    )
+    rate = 2e-2 if weights == "lora" else 5e-3
+    run = round_run(tiny_checkpoint, tmp_path, weights, num_epochs=6, learning_rate=rate, batch_size=16, max_length=16)
+    output = run.output_dir
     options = {"beta": 0.1, "loss": "kto", "desirable_weight": None, "undesirable_weight": None}
     metrics = train_round("kto", run, options, log_path=tmp_path / "kto.log")
     assert metrics["training_method"] == "kto" and metrics["method"] == weights
