@@ -179,7 +179,7 @@ def training_init(wildcards):
 
 
 def training_job_gpus(wildcards):
-    """GPUs of a training job (sft, dpo, grpo: sft.gpus)."""
+    """GPUs of a training job (every method's: sft.gpus)."""
     return training_gpus(config, gpus_available())
 
 

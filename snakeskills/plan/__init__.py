@@ -10,6 +10,6 @@ testable without Snakemake (tests/unit/test_plan.py). ``rules/common.smk`` calls
 - ``layout``: every file the workflow writes, and the synthesized splits' names;
 - ``run``: ``Plan``, the decisions of one run; each optional feature a plan object of its own, absent when off:
   ``teacher`` (``TeacherPlan``), ``synthesis`` (``SynthesisPlan``); ``training`` (``TrainingPlan``, one per training
-  method in ``methods``: sft, dpo, grpo, their rounds' names and checks);
+  method in ``methods``, from the table in ``training.methods``: its section, rounds and checks);
 - ``reference``: docs/configuration.md, written from the schema.
 """

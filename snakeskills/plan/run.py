@@ -379,7 +379,7 @@ class Plan:
         return pairs
 
     def previous_model_train_files(self, model: str) -> list[tuple[str, str]]:
-        """(benchmark, judged file) of the previous model's train-split samples a dpo or grpo round starts from."""
+        """(benchmark, judged file) of the previous model's train-split samples a dpo, kto or grpo round starts from."""
         parent, split = self.parent_model(model), self.config["train_split"]
         return [
             (benchmark, self.layout.judged.format(model=parent, benchmark=benchmark, split=split, seed=seed))
