@@ -28,6 +28,16 @@ class BackendSpec:
     check: Callable[[dict, str], None]
     # the backend object from its options (imports its module only when called)
     build: Callable[..., object]
+    # a sampling job's memory in MB beside the model's weights (a backend without a local model: its whole job's)
+    job_memory_mb: int
+    # its jobs run on vLLM (whose engine, installed where they run, GRPO's vllm_mode can use too)
+    runs_vllm: bool = False
+    # the GPU device a section names (hf's ``device: cuda`` or ``cuda:N``), else None
+    gpu_device: Callable[[dict], str | None] = lambda _: None
+    # the section keeps its jobs on the CPU whatever the node has (hf's ``device: cpu``)
+    cpu_only: Callable[[dict], bool] = lambda _: False
+    # the largest LoRA rank it can generate with (vLLM's max_lora_rank), else None (any)
+    max_adapter_rank: Callable[[dict], int | None] = lambda _: None
 
     @property
     def conda_env(self) -> str:
@@ -45,10 +55,11 @@ def _hf_gpus(generation: dict, gpus_available: bool) -> int:
 
 
 def pinned_device(generation: dict) -> int | None:
-    """The device index an hf section pins (``device: cuda:N``), else None (the job claims any free GPU)."""
-    if generation["backend"] != "hf" or not generation["device"].startswith("cuda:"):
+    """The device index a section pins (hf's ``device: cuda:N``), else None (the job claims any free GPU)."""
+    device = backend_spec(generation).gpu_device(generation)
+    if device is None or not device.startswith("cuda:"):
         return None
-    return int(generation["device"].removeprefix("cuda:"))
+    return int(device.removeprefix("cuda:"))
 
 
 def _check_hf(generation: dict, key: str) -> None:
@@ -113,7 +124,15 @@ def _build_openai(**options):
 
 BACKENDS = {
     "hf": BackendSpec(
-        "hf", needs_local_model=True, supports_adapters=True, job_gpus=_hf_gpus, check=_check_hf, build=_build_hf
+        "hf",
+        needs_local_model=True,
+        supports_adapters=True,
+        job_gpus=_hf_gpus,
+        check=_check_hf,
+        build=_build_hf,
+        job_memory_mb=3000,
+        gpu_device=lambda generation: generation["device"] if generation["device"].startswith("cuda") else None,
+        cpu_only=lambda generation: generation["device"] == "cpu",
     ),
     "vllm": BackendSpec(
         "vllm",
@@ -122,6 +141,9 @@ BACKENDS = {
         job_gpus=_vllm_gpus,
         check=_check_vllm,
         build=_build_vllm,
+        job_memory_mb=8000,
+        runs_vllm=True,
+        max_adapter_rank=lambda generation: generation["vllm"]["max_lora_rank"],
     ),
     # a server (a vLLM server, transformers serve, an API) does the work: no local model, GPU or adapter
     "openai": BackendSpec(
@@ -131,6 +153,7 @@ BACKENDS = {
         job_gpus=lambda *_: 0,
         check=_check_openai,
         build=_build_openai,
+        job_memory_mb=2000,
     ),
 }
 

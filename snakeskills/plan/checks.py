@@ -217,10 +217,11 @@ def _check_student_backend(config: dict) -> None:
     for method in config["methods"]:
         section = config[method] or {}
         lora_rank = section["lora"]["r"] if section.get("method") == "lora" and "lora" in section else 0
-        if generation["backend"] == "vllm" and lora_rank > generation["vllm"]["max_lora_rank"]:
+        max_rank = backend_spec(generation).max_adapter_rank(generation)
+        if max_rank is not None and lora_rank > max_rank:
             raise SnakeskillsError(
-                f"config key {method}.lora.r is {lora_rank} but generation.vllm.max_lora_rank is "
-                f"{generation['vllm']['max_lora_rank']}: vLLM could not load the tuned adapters; raise max_lora_rank"
+                f"config key {method}.lora.r is {lora_rank} but generation.vllm.max_lora_rank is {max_rank}: vLLM "
+                "could not load the tuned adapters; raise max_lora_rank"
             )
 
 
@@ -280,9 +281,10 @@ def check_devices(config: dict) -> None:
     GPU device (an hf section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every
     job it decides could only fail once it runs."""
     for key, section in generation_sections(config).items():
-        if section["backend"] == "hf" and section["device"].startswith("cuda"):
+        device = backend_spec(section).gpu_device(section)
+        if device is not None:
             raise SnakeskillsError(
-                f"config key {key}.device is {section['device']!r}, but this machine has no GPU and the run is "
+                f"config key {key}.device is {device!r}, but this machine has no GPU and the run is "
                 "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs"
             )
     if config["sft"]["gpus"]:

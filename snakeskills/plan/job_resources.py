@@ -22,6 +22,7 @@ import json
 import math
 from pathlib import Path
 
+from snakeskills.backends.specs import backend_spec
 from snakeskills.training.methods import training_method
 
 MB = 2**20
@@ -91,13 +92,14 @@ def _rounded_mb(megabytes: float) -> int:
 
 def sampling_job_resources(model: dict, generation: dict, config: dict) -> dict:
     """``mem_mb`` and ``runtime`` of a job that samples from ``model`` with ``generation`` (generate, LLM judge)."""
-    if generation["backend"] == "openai":
-        return {"mem_mb": 2000, "runtime": 30}
+    spec = backend_spec(generation)
+    if not spec.needs_local_model:  # a server does the work
+        return {"mem_mb": spec.job_memory_mb, "runtime": 30}
     size = model_size(model, config)
     if size is None:
         return dict(UNKNOWN)
     parameters, dtype_bytes = size
-    base = 8000 if generation["backend"] == "vllm" else 3000
+    base = spec.job_memory_mb
     return {
         "mem_mb": _rounded_mb(base + 2.5 * parameters * dtype_bytes / MB),
         "runtime": 20 + math.ceil(40 * parameters / 1e9),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from snakeskills.backends.specs import backend_spec
+
 
 def training_gpus(config: dict, gpus_available: bool) -> int:
     """GPUs of the sft job: sft.gpus, else one where the job's node has GPUs and the run is not set to CPU
@@ -9,7 +11,7 @@ def training_gpus(config: dict, gpus_available: bool) -> int:
     sft, generation = config["sft"], config["generation"]
     if sft["gpus"] is not None:
         return sft["gpus"]
-    if generation["backend"] == "hf" and generation["device"] == "cpu":
+    if backend_spec(generation).cpu_only(generation):
         return 0
     return 1 if gpus_available else 0
 

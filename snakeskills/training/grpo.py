@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 
+from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import text_fields
 from snakeskills.io import iter_jsonl
@@ -207,8 +208,8 @@ def check_config(config: dict, processes: int) -> None:
         )
     if not any(grpo["rewards"].values()):
         raise SnakeskillsError("config key grpo.rewards: every weight is 0, so every completion gets the same reward")
-    vllm_missing = importlib.util.find_spec("vllm") is None
-    if grpo["vllm_mode"] is not None and config["generation"]["backend"] == "hf" and vllm_missing:
+    student_runs_vllm = backend_spec(config["generation"]).runs_vllm  # then vLLM is installed where jobs run
+    if grpo["vllm_mode"] is not None and not student_runs_vllm and importlib.util.find_spec("vllm") is None:
         raise SnakeskillsError(
             f"config key grpo.vllm_mode is {grpo['vllm_mode']!r}, but vllm is not installed here; install it "
             "on the GPU node that trains, or set grpo.vllm_mode: null (transformers samples)"
