@@ -5,9 +5,8 @@ logs rises, and a round of it resumes and saves as the others do."""
 from __future__ import annotations
 
 import pytest
-from conftest import hf_backend, resolved_prompt, training_section
+from conftest import training_section
 
-from snakeskills.backends import SamplingParams, build_request
 from snakeskills.io import write_jsonl
 from snakeskills.training.kto import tokenize_samples
 from snakeskills.training.rounds import RoundRun, train_round
@@ -50,7 +49,7 @@ def test_samples_are_encoded_as_generation_encodes_them(tiny_checkpoint, tmp_pat
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     (row,) = tokenize_samples(kto_samples(1), tokenizer, round_run(tiny_checkpoint, tmp_path, "lora"))
-    assert tokenizer.decode(row["prompt_ids"]) == "3+4="
+    assert tokenizer.decode(row["prompt_ids"], skip_special_tokens=True) == "3+4="
     assert row["completion_ids"][-1] == tokenizer.eos_token_id and row["label"] is True
     assert tokenizer.decode(row["completion_ids"][:-1]) == "7"
 
@@ -67,8 +66,23 @@ def test_kto_learns_the_desirable_answer(tiny_checkpoint, tmp_path, weights):
     assert metrics["global_step"] == 24 and metrics["num_examples"] == 64
     margins = [entry["rewards/margins"] for entry in metrics["log_history"] if "rewards/margins" in entry]
     assert margins and margins[-1] > 0, margins
-    adapter = output if weights == "lora" else None
-    backend = hf_backend(str(tiny_checkpoint if adapter else output), adapter_path=adapter, device="cpu", batch_size=4)
-    requests = [build_request(backend, resolved_prompt(user="{problem}="), {"problem": "3+4"}, 0)]
-    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=1)
-    assert [result.generation for result in backend.generate(requests, greedy)] == ["7"], "it prefers the answer"
+    digits = first_digit_log_probs(tiny_checkpoint, output if weights == "lora" else None, output)
+    assert max(digits, key=digits.get) == "7", digits
+
+
+def first_digit_log_probs(base, adapter, checkpoint) -> dict[str, float]:
+    """The tuned model's log-probability of each digit as the first token of its answer to the prompt: KTO raised
+    the desirable answer's likelihood and lowered the undesirable ones', so "7" leads the digits (whether a digit
+    or the end of the answer comes first is not what the samples teach: every answer is one digit, then EOS)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from snakeskills.models.loading import INFERENCE, load_model
+
+    path = str(base if adapter else checkpoint)
+    model = load_model(path, dtype="auto", policy=INFERENCE, trust_remote_code=False, adapter_path=adapter)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    ids = tokenizer("3+4=", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        log_probs = model(ids).logits[0, -1].log_softmax(-1)
+    return {digit: float(log_probs[tokenizer.convert_tokens_to_ids(digit)]) for digit in "0123456789"}
