@@ -23,10 +23,8 @@ WEIGHTS = ("lora", "full")
 @dataclass(frozen=True)
 class TrainingMethod:
     name: str
-    # what the method learns from, in one line (docs, errors)
-    learns_from: str
-    # the rule that writes a round's data (rules/<name>.smk) and its Layout attributes (data file, stats.json)
-    data_rule: str
+    # the Layout attributes of a round's data file and its stats.json, written by the method's data rule in
+    # rules/<name>.smk (sft_data, preference_pairs, kto_samples, rl_problems)
     data: str
     stats: str
     # the module whose ``train(run, **options)`` trains a round and whose ``check_config`` checks its section
@@ -71,8 +69,6 @@ _TRAINING_CURVE_LOSS = ("loss", "training loss")
 
 SFT = TrainingMethod(
     name="sft",
-    learns_from="the judged-correct samples of the previous model (or a teacher), as prompt/completion examples",
-    data_rule="sft_data",
     data="sft_data",
     stats="sft_stats",
     trainer="snakeskills.training.sft",
@@ -90,8 +86,6 @@ SFT = TrainingMethod(
 )
 DPO = TrainingMethod(
     name="dpo",
-    learns_from="(correct, incorrect) pairs of the previous model's samples of the same problem",
-    data_rule="preference_pairs",
     data="preference_pairs",
     stats="preference_stats",
     trainer="snakeskills.training.dpo",
@@ -108,8 +102,6 @@ DPO = TrainingMethod(
 )
 KTO = TrainingMethod(
     name="kto",
-    learns_from="every judged sample of the previous model, desirable when judged correct, undesirable when not",
-    data_rule="kto_samples",
     data="kto_samples",
     stats="kto_stats",
     trainer="snakeskills.training.kto",
@@ -126,8 +118,6 @@ KTO = TrainingMethod(
 )
 GRPO = TrainingMethod(
     name="grpo",
-    learns_from="completions it samples while training, rewarded by the benchmark's own judge",
-    data_rule="rl_problems",
     data="rl_problems",
     stats="rl_stats",
     trainer="snakeskills.training.grpo",
