@@ -117,8 +117,8 @@ def _drop(key):
     [
         (_drop("grpo"), "config key methods lists 'grpo', but the config has no grpo section"),
         (
-            lambda config: config.update(methods=["sft", "dpo"]),
-            "the config has a grpo section, but config key methods (sft, dpo) does not list 'grpo'",
+            lambda config: config.update(methods=["sft", "dpo", "kto"]),
+            "the config has a grpo section, but config key methods (sft, dpo, kto) does not list 'grpo'",
         ),
         (
             lambda config: config["grpo"]["training"].update(batch_size=30),
@@ -146,7 +146,12 @@ def _drop(key):
             "config key model.name must not start with 'round', 'dpo-round', 'kto-round' or 'grpo-round'",
         ),
         (
-            lambda config: (config.update(methods=["grpo"]), config.pop("dpo"), config["sft"].pop("training")),
+            lambda config: (
+                config.update(methods=["grpo"]),
+                config.pop("dpo"),
+                config.pop("kto"),
+                config["sft"].pop("training"),
+            ),
             None,  # valid: sft.training is needed only when methods lists sft
         ),
         (
