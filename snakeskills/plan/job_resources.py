@@ -110,7 +110,7 @@ def training_job_resources(config: dict, method: str = "sft") -> dict:
     """``mem_mb`` and ``runtime`` of a training job of ``method`` (a training method's name): the student's model,
     the section's weights (lora or full) and its training length. DPO and KTO hold a reference model (none with lora:
     the adapter is switched off) and run extra forward passes; GRPO also samples num_generations completions per
-    problem, so its runtime grows with the completions it draws (``TrainingMethod.memory_factor``)."""
+    problem, so its runtime grows with the completions it draws (``TrainingMethod.runtime_factor``)."""
     size = model_size(config["model"], config)
     if size is None:
         return dict(UNKNOWN)
@@ -125,7 +125,7 @@ def training_job_resources(config: dict, method: str = "sft") -> dict:
     epochs = math.ceil(training["num_epochs"]) if training.get("max_steps") is None else 1
     return {
         "mem_mb": _rounded_mb(memory),
-        "runtime": 30 + math.ceil(60 * entry.memory_factor * parameters / 1e9 * epochs),
+        "runtime": 30 + math.ceil(60 * entry.runtime_factor * parameters / 1e9 * epochs),
     }
 
 

@@ -23,6 +23,9 @@ WEIGHTS = ("lora", "full")
 @dataclass(frozen=True)
 class TrainingMethod:
     name: str
+    # what its rounds' names start with: round1, round2 for sft (the first method, whose names came first);
+    # dpo-round1, ... for the others
+    round_prefix: str
     # the Layout attributes of a round's data file and its stats.json, written by the method's data rule in
     # rules/<name>.smk (sft_data, preference_pairs, kto_samples, rl_problems)
     data: str
@@ -45,21 +48,21 @@ class TrainingMethod:
     too_little_data: str
     # the report's curve: (log_history key, axis label), the first one its trainer logs is drawn
     curves: tuple[tuple[str, str], ...]
-    # the training job's memory per parameter as a multiple of SFT's (a reference pass, sampled groups)
-    memory_factor: int
+    # the training job's runtime per parameter and epoch as a multiple of SFT's (a reference pass, sampled groups)
+    runtime_factor: int
     # full fine-tuning keeps a frozen copy of the starting model as the reference when beta > 0
     frozen_reference: bool
     # the trainer samples completions while it trains (the cost table counts them)
     samples_while_training: bool = False
 
     def tuned_model_name(self, round_number: int) -> str:
-        """The name of the method's round ``round_number``: round1, round2 for sft; dpo-round1, ... for the others."""
-        return f"round{round_number}" if self.name == "sft" else f"{self.name}-round{round_number}"
+        """The name of the method's round ``round_number`` (in results paths and tables)."""
+        return f"{self.round_prefix}round{round_number}"
 
     @property
     def tuned_model_pattern(self) -> str:
         """The regular expression of its rounds' names (the training rule's wildcard constraint)."""
-        return r"round\d+" if self.name == "sft" else rf"{self.name}-round\d+"
+        return rf"{self.round_prefix}round\d+"
 
     def trainer_module(self):
         return importlib.import_module(self.trainer)
@@ -69,6 +72,7 @@ _TRAINING_CURVE_LOSS = ("loss", "training loss")
 
 SFT = TrainingMethod(
     name="sft",
+    round_prefix="",
     data="sft_data",
     stats="sft_stats",
     trainer="snakeskills.training.sft",
@@ -81,11 +85,12 @@ SFT = TrainingMethod(
     too_little_data="sample more seeds or problems (train_num_seeds), or train a stronger or longer-bootstrapped "
     "base model",
     curves=(_TRAINING_CURVE_LOSS,),
-    memory_factor=1,
+    runtime_factor=1,
     frozen_reference=False,
 )
 DPO = TrainingMethod(
     name="dpo",
+    round_prefix="dpo-",
     data="preference_pairs",
     stats="preference_stats",
     trainer="snakeskills.training.dpo",
@@ -97,11 +102,12 @@ DPO = TrainingMethod(
     warn_on_examples=True,
     too_little_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds",
     curves=(("rewards/accuracies", "preference accuracy"), _TRAINING_CURVE_LOSS),
-    memory_factor=2,
+    runtime_factor=2,
     frozen_reference=True,
 )
 KTO = TrainingMethod(
     name="kto",
+    round_prefix="kto-",
     data="kto_samples",
     stats="kto_stats",
     trainer="snakeskills.training.kto",
@@ -113,11 +119,12 @@ KTO = TrainingMethod(
     warn_on_examples=True,
     too_little_data="sample more seeds or problems (train_num_seeds), or widen kto.pass_rate",
     curves=(("rewards/margins", "reward margin (desirable - undesirable)"), _TRAINING_CURVE_LOSS),
-    memory_factor=2,
+    runtime_factor=2,
     frozen_reference=True,
 )
 GRPO = TrainingMethod(
     name="grpo",
+    round_prefix="grpo-",
     data="rl_problems",
     stats="rl_stats",
     trainer="snakeskills.training.grpo",
@@ -129,7 +136,7 @@ GRPO = TrainingMethod(
     warn_on_examples=False,
     too_little_data="a problem needs a pass rate inside grpo.pass_rate: sample more seeds, or widen the range",
     curves=(("reward", "mean reward of the sampled completions"), _TRAINING_CURVE_LOSS),
-    memory_factor=4,
+    runtime_factor=4,
     frozen_reference=True,
     samples_while_training=True,
 )
@@ -145,10 +152,10 @@ def training_method(name: str) -> TrainingMethod:
     return TRAINING_METHODS[name]
 
 
-_TUNED_MODEL = re.compile(rf"^(?:({'|'.join(name for name in TRAINING_METHODS if name != 'sft')})-)?round(\d+)$")
-
-
 def tuned_model_parts(model: str) -> tuple[str, int] | None:
     """(method, round) of a tuned model's name; ``None`` for any other name."""
-    match = _TUNED_MODEL.match(model)
-    return None if match is None else (match.group(1) or "sft", int(match.group(2)))
+    for method in TRAINING_METHODS.values():
+        match = re.fullmatch(rf"{re.escape(method.round_prefix)}round(\d+)", model)
+        if match:
+            return method.name, int(match.group(1))
+    return None
