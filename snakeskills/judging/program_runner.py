@@ -14,7 +14,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from snakeskills.judging.sandbox import SANDBOX_PROCESSES, bwrap_command, joined, run_cgroups
+from snakeskills.judging.sandbox import (
+    LAUNCH_ENVIRONMENT,
+    SANDBOX_PROCESSES,
+    bwrap_command,
+    joined,
+    run_cgroups,
+    sandbox_python,
+)
 
 OUTPUT_LIMIT_BYTES = 16 * 1024 * 1024
 
@@ -101,9 +108,10 @@ def run_once(
         report_file = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if report else -1
         arguments += [str(nonce_read), str(proof_write), str(report_file)]
         if sandbox == "bwrap":
-            command = bwrap_command(run_folder, [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, "solution.py"])
+            python = sandbox_python()
+            command = bwrap_command(run_folder, [python, "-I", "-c", _BOOTSTRAP, *arguments, "solution.py"])
             joining = cgroups.enter_context(run_cgroups(processes=processes, memory_bytes=memory_bytes or None))
-            command, environment = joined(joining, command), None
+            command, environment = joined(joining, command), dict(LAUNCH_ENVIRONMENT)
         else:
             command = [sys.executable, "-I", "-c", _BOOTSTRAP, *arguments, os.path.join(run_folder, "solution.py")]
             environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": run_folder}

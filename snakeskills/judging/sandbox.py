@@ -35,9 +35,31 @@ SANDBOX_PROCESSES = 64  # processes a sandboxed run may have at once, its own in
 NOBODY = 65534
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; conda: "
-    "conda install -c conda-forge bubblewrap), or set judge.sandbox: none to run the programs models write "
-    "without one (they can then read and change your files and reach the network)"
+    "conda install -c conda-forge bubblewrap)"
 )
+NAMESPACES_HINT = (
+    "let it make user namespaces (sysctl user.max_user_namespaces above 0, and on Debian "
+    "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 the bubblewrap package's AppArmor profile allows them) "
+    "or run the judge as root"
+)
+LAST_RESORT = (
+    "only on a node that is itself a throwaway container, judge.sandbox: none runs the programs without one (they "
+    "can then read and change your files, read your secrets and reach the network)"
+)
+# Refusals of the kernel to make the namespaces a sandbox needs, as bubblewrap words them
+NAMESPACE_REFUSALS = (
+    "namespace",
+    "Operation not permitted",
+    "Permission denied",
+    "uid map",
+    "gid map",
+    "setting up uid",
+    "No space left on device",  # user.max_user_namespaces reached
+)
+# The environment bubblewrap itself starts with. Not the job's: bubblewrap's own process is the first one inside
+# the sandbox's PID namespace, and a program can read its /proc/1/environ (keys the job holds for an LLM judge or
+# an API teacher); --clearenv only clears the program's.
+LAUNCH_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -47,12 +69,32 @@ def _python_folders() -> list[str]:
     """The folders of the interpreter running the judge (its environment and the Python it was made from)."""
     folders = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), os.path.realpath(sys.exec_prefix)}
     folders.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    folders.add(os.path.dirname(sandbox_python()))
     return sorted(folder for folder in folders if not folder.startswith("/usr"))
+
+
+def sandbox_python() -> str:
+    """The judge's interpreter by a path that exists inside the sandbox: its folder with every link resolved (the
+    sandbox mounts only resolved folders), its own name kept (a venv's ``python`` is a link to the Python it was
+    made from; started by that link's path it finds its ``pyvenv.cfg`` and the venv's packages)."""
+    return os.path.join(
+        os.path.realpath(os.path.dirname(os.path.abspath(sys.executable))), os.path.basename(sys.executable)
+    )
+
+
+@functools.cache
+def bwrap_path() -> str:
+    """bubblewrap's own path, found on the job's ``PATH`` (it starts with ``LAUNCH_ENVIRONMENT``, not the job's)."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SnakeskillsError(f"bubblewrap (bwrap) is not installed on this node: {INSTALL_HINT}")
+    return found
 
 
 def bwrap_command(folder: str, command: list[str]) -> list[str]:
     """``command`` run under bubblewrap with ``folder`` (the run's own) as its only writable place and working
-    folder; paths in ``command`` under ``folder`` must be given as seen inside (under ``FOLDER``)."""
+    folder; paths in ``command`` under ``folder`` must be given as seen inside (under ``FOLDER``). Start it with
+    ``LAUNCH_ENVIRONMENT`` as its environment."""
     mounts = []
     for path in SYSTEM_FOLDERS:  # on a merged-/usr system /bin, /lib... are links into /usr: made as links
         if os.path.islink(path):
@@ -62,7 +104,7 @@ def bwrap_command(folder: str, command: list[str]) -> list[str]:
     for path in _python_folders():
         mounts += ["--ro-bind", path, path]
     return [
-        "bwrap",
+        bwrap_path(),
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
@@ -111,32 +153,36 @@ def bwrap_command(folder: str, command: list[str]) -> list[str]:
 
 @functools.cache
 def sandbox_problem(kind: str) -> str | None:
-    """Why ``kind`` cannot run programs on this node (``None``: it can): for bwrap, whether it is installed and
-    starts a Python that runs a line."""
+    """Why ``kind`` cannot run programs on this node and what to do (``None``: it can): for bwrap, whether it is
+    installed and starts the judge's Python on a line, as the judge will; the probe's own error when it does not."""
     if kind == "none":
         return None
     if shutil.which("bwrap") is None:
-        return "bubblewrap (bwrap) is not installed on this node"
+        return f"bubblewrap (bwrap) is not installed on this node: {INSTALL_HINT}"
+    python = sandbox_python()
     try:
         with tempfile.TemporaryDirectory(prefix="snakeskills-probe-") as folder:
-            probe = bwrap_command(folder, [sys.executable, "-I", "-S", "-c", "pass"])
-            result = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+            probe = bwrap_command(folder, [python, "-I", "-c", "pass"])
+            result = subprocess.run(probe, capture_output=True, text=True, timeout=60, env=LAUNCH_ENVIRONMENT)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap (bwrap) did not start: {error}"
-    if result.returncode != 0:
-        reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
-        return (
-            f"bubblewrap (bwrap) cannot make a sandbox on this node ({reason}); it needs user namespaces "
-            "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) or to run as root"
-        )
-    return None
+        return f"bubblewrap ({bwrap_path()}) did not start: {error}"
+    if result.returncode == 0:
+        return None
+    reason = " | ".join(result.stderr.strip().splitlines()[-3:]) or f"exit status {result.returncode}"
+    if result.stderr.lstrip().startswith("bwrap:") and any(word in reason for word in NAMESPACE_REFUSALS):
+        return f"bubblewrap ({bwrap_path()}) cannot make a sandbox on this node ({reason}): {NAMESPACES_HINT}"
+    return (
+        f"a probe run in the sandbox failed: {python} -I -c pass under {bwrap_path()} said: {reason}. bubblewrap "
+        "itself started; the interpreter or the folders it needs did not work inside (they are mounted read-only "
+        f"by their resolved paths: {', '.join(_python_folders())})"
+    )
 
 
 def check_sandbox(kind: str, key: str = "judge.sandbox") -> None:
-    """Stop when ``kind`` cannot run programs here, saying what is missing and the way out."""
+    """Stop when ``kind`` cannot run programs here, saying what failed and what to do."""
     problem = sandbox_problem(kind)
     if problem is not None:
-        raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}: {INSTALL_HINT}")
+        raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}; {LAST_RESORT}")
 
 
 # ---------------------------------------------------------------- the processes and memory of a whole run

@@ -39,6 +39,36 @@ FIND_OUTPUT = (
     "print(found[0])"
 )
 DOUBLE_CASES = [{"input": "3\n", "output": "6\n"}, {"input": "-4\n", "output": "-8\n"}]
+# A program that looks for the judge job's secret (planted in its environment, its home folder and its working
+# folder) everywhere it can reach: every process's environment, command line, working and root folder it can see,
+# its own environment, and every file it can read outside /proc, /sys, /dev and the system's and the interpreter's
+# (read-only) folders. It names what it found in its one-line error, or says it found nothing.
+SECRET_SEARCH = f"""\
+import os, sys
+secret = bytes.fromhex({SECRET.encode().hex()!r})  # not in the program's text
+found = [key for key, value in os.environ.items() if secret in (key + value).encode()]
+def look(path):
+    try:
+        with open(path, 'rb') as file:
+            if secret in file.read(1 << 20):
+                found.append(path)
+    except OSError:
+        pass
+def walk(top, skip=()):
+    for folder, folders, files in os.walk(top):
+        folders[:] = [name for name in folders if os.path.join(folder, name) not in skip][:50]
+        for name in files[:200]:
+            look(os.path.join(folder, name))
+for pid in [name for name in os.listdir('/proc') if name.isdigit()]:
+    for name in ('environ', 'cmdline'):
+        look(f'/proc/{{pid}}/{{name}}')
+    for name in ('cwd', 'root'):
+        if os.path.realpath(f'/proc/{{pid}}/{{name}}') != '/':
+            walk(f'/proc/{{pid}}/{{name}}')
+system = {{'/proc', '/sys', '/dev', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', sys.prefix, sys.base_prefix}}
+walk('/', skip=system)
+raise ValueError('found ' + ' '.join(found)[:200] if found else 'found nothing')
+"""
 
 
 class Listener:
@@ -112,13 +142,7 @@ def hostile_rows(outside: Path, input_path: Path, port: int, marker: str) -> dic
         "a .pth in site-packages": (tests, f"open({os.path.join(site, 'snakeskills_probe.pth')!r}, 'w').write('')"),
         "remove a judged file": (tests, f"import os\nos.remove({str(outside / 'judged.jsonl')!r})"),
         # the judge's secrets
-        "secrets": (
-            tests,
-            "import os\n"
-            "found = [open(f'/proc/{pid}/environ', 'rb').read() for pid in ('1', str(os.getppid())) "
-            "if os.path.exists(f'/proc/{pid}/environ')]\n"
-            "raise ValueError(repr(os.environ) + repr(found))",
-        ),
+        "secrets": (tests, SECRET_SEARCH),
         # the network
         "network": (tests, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)"),
         # outliving the verdict
@@ -200,6 +224,12 @@ def hostile_judged(tmp_path_factory):
     shared_tmp = folder / "tmp"  # the judge's TMPDIR, shared like /tmp: its mode must survive every cleanup
     shared_tmp.mkdir()
     shared_tmp.chmod(0o1777)
+    # the job's secrets: keys in its environment (an LLM judge's, an API teacher's), files in its home and folder
+    secrets = {"SNAKESKILLS_PROBE_SECRET": SECRET, "OPENAI_API_KEY": SECRET}
+    home, working = folder / "home", folder / "working"
+    for place in (home, working):
+        place.mkdir()
+        (place / ".netrc").write_text(f"machine api.example.com password {SECRET}\n")
     started = time.monotonic()
     process = subprocess.run(
         [sys.executable, "-m", "snakeskills.cli", "judge", "--settings-json", json.dumps(settings), "--threads", "2"]
@@ -207,7 +237,8 @@ def hostile_judged(tmp_path_factory):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "SNAKESKILLS_PROBE_SECRET": SECRET, "TMPDIR": str(shared_tmp)},
+        env={**os.environ, **secrets, "HOME": str(home), "TMPDIR": str(shared_tmp)},
+        cwd=working,
     )
     elapsed = time.monotonic() - started
     time.sleep(0.3)
@@ -215,7 +246,13 @@ def hostile_judged(tmp_path_factory):
     judged = {}
     if process.returncode == 0:
         judged = {row["id"]: row for row in map(json.loads, (folder / "judged.jsonl").read_text().splitlines())}
+    written = [
+        path
+        for path in folder.rglob("*")
+        if path.is_file() and path.parent not in (home, working) and SECRET in path.read_text(errors="replace")
+    ]
     yield {
+        "written with the secret": written,
         "shared_tmp": shared_tmp,
         "rows": rows,
         "process": process,
@@ -285,10 +322,13 @@ def test_nothing_outside_its_folder_changes(hostile_judged):
 
 
 def test_the_judges_secrets_stay_out(hostile_judged):
+    """Nothing of the judge job's environment, home or folder is readable inside: bubblewrap's own process, the
+    first one in the sandbox, starts with an environment of its own, not the job's."""
     assert os.environ.get("SNAKESKILLS_PROBE_SECRET") is None
-    status, error = verdict(hostile_judged, "secrets")
-    assert status == "failed" and SECRET not in error
-    assert not any(SECRET in json.dumps(row) for row in hostile_judged["judged"].values())
+    assert verdict(hostile_judged, "secrets") == ("failed", "ValueError: found nothing")
+    process = hostile_judged["process"]
+    assert SECRET not in process.stdout + process.stderr + hostile_judged["log"]
+    assert hostile_judged["written with the secret"] == [], "nothing the job wrote holds the secret"
 
 
 def test_no_network(hostile_judged):
@@ -388,6 +428,42 @@ def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
     )
     process = subprocess.run([str(tmp_path / "venv/bin/python"), "-c", script], capture_output=True, text=True)
     assert process.stdout.strip() == "passed", process.stderr[-2000:]
+
+
+def test_a_judge_whose_python_is_reached_through_a_link_runs_programs_in_the_sandbox(tmp_path):
+    """A venv whose path goes through a link (a home or project folder linked into a parallel file system): the
+    sandbox mounts resolved folders, so the interpreter is started by its resolved folder, keeping the venv's."""
+    real = tmp_path / "parallel-fs" / "project"
+    real.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(real / "venv")])
+    (tmp_path / "project").symlink_to(real)
+    script = (
+        "from snakeskills.judging.sandbox import sandbox_problem\n"
+        "from snakeskills.judging.code_execution import ProgramCheck, run_check\n"
+        "assert sandbox_problem('bwrap') is None, sandbox_problem('bwrap')\n"
+        "check = ProgramCheck('import sys\\nassert sys.prefix.endswith(\"venv\"), sys.prefix\\n')\n"
+        "print(run_check(check, timeout_seconds=10, memory_limit_mb=1024).status)\n"
+    )
+    linked_python = tmp_path / "project" / "venv" / "bin" / "python"
+    process = subprocess.run([str(linked_python), "-c", script], capture_output=True, text=True)
+    assert process.stdout.strip() == "passed", process.stderr[-2000:]
+
+
+def test_a_sandbox_that_cannot_start_says_what_failed_not_to_turn_it_off(monkeypatch):
+    """bubblewrap installed and working, but the probe's interpreter missing inside: the message quotes the probe's
+    own error, does not blame user namespaces, and names judge.sandbox: none only last, as a last resort."""
+    monkeypatch.setattr(sandbox, "sandbox_python", lambda: "/nonexistent/venv/bin/python")
+    sandbox.sandbox_problem.cache_clear()
+    try:
+        with pytest.raises(SnakeskillsError) as raised:
+            sandbox.check_sandbox("bwrap")
+    finally:
+        sandbox.sandbox_problem.cache_clear()
+    message = str(raised.value)
+    assert "/nonexistent/venv/bin/python" in message and "No such file or directory" in message, message
+    assert "namespace" not in message and "install bubblewrap" not in message, message
+    assert message.index("judge.sandbox: none") > message.index("No such file or directory")
+    assert "throwaway container" in message
 
 
 def test_removing_a_run_folder_never_touches_the_folder_above_it(tmp_path):
