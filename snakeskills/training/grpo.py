@@ -97,16 +97,61 @@ def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, cha
     return rows, prompt_ids
 
 
+def epoch_sampler_class():
+    """TRL's ``RepeatSampler`` whose order in epoch e is a function of its seed and e alone: the order TRL's sampler
+    draws in epoch e of an uninterrupted run (its generator, seeded once, carries on from epoch to epoch: epoch e takes
+    the generator's permutation e + 1), drawn again from the seed. The Trainer gives the sampler its epoch
+    (``set_epoch``) before each epoch's first batch; a resumed run starts in a new process and no longer iterates the
+    epochs it already trained, so TRL's own sampler would give the epoch it resumes in, and each after it, the order of
+    the run's first epochs again."""
+    import torch
+    from trl.trainer.utils import RepeatSampler
+
+    class EpochRepeatSampler(RepeatSampler):
+        epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+        def __iter__(self):
+            if self.shuffle:
+                self.generator = torch.Generator()
+                self.generator.manual_seed(self.seed)
+                for _ in range(self.epoch):  # the permutations the epochs before this one took
+                    torch.randperm(self.num_samples, generator=self.generator)
+            return super().__iter__()
+
+    return EpochRepeatSampler
+
+
 def grpo_trainer_class():
     """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
-    text for it to tokenize."""
+    text for it to tokenize, and whose problems come in each epoch's order however the run was interrupted and
+    resumed (``epoch_sampler_class``)."""
     from trl import GRPOTrainer
+
+    sampler_class = epoch_sampler_class()
 
     class TokenizedGRPOTrainer(GRPOTrainer):
         prompt_token_ids: dict[str, list[int]] = {}
 
         def _tokenize_prompts(self, prompts):
             return [list(self.prompt_token_ids[prompt]) for prompt in prompts], None, {}
+
+        def _get_train_sampler(self, dataset=None):
+            sampler = super()._get_train_sampler(dataset)
+            keys = ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed")
+            self.epoch_sampler = sampler_class(**{key: getattr(sampler, key) for key in keys})
+            return self.epoch_sampler
+
+        def get_train_dataloader(self):
+            loader = super().get_train_dataloader()
+            # the loader passes set_epoch on to the sampler its batch sampler holds; in several processes, where a
+            # shard of each batch wraps the batch sampler, the shard holds it only once set so (as accelerate sets
+            # its own seeded sampler), and without it a run resumed inside an epoch would not reach it
+            if hasattr(loader, "set_sampler"):
+                loader.set_sampler(self.epoch_sampler)
+            return loader
 
         @property
         def completions_sampled(self) -> int:
