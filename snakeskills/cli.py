@@ -134,7 +134,7 @@ def run_judge(arguments: argparse.Namespace) -> None:
         except json.JSONDecodeError as error:
             raise SnakeskillsError(f"--settings-json is not JSON ({error.msg})") from None
         records = read_jsonl(arguments.input)
-        judged = judge_records(records, settings, num_workers=arguments.threads)
+        judged = judge_records(records, settings, num_workers=arguments.threads, source=arguments.input)
         rows = write_jsonl(arguments.output, judged)
         logger.info("judged %d rows", rows)
 

@@ -52,10 +52,11 @@ def quiet_libraries() -> None:
 @contextlib.contextmanager
 def script_logging(log_path: str) -> Iterator[logging.Logger]:
     """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message, Ctrl-C with
-    one line (exit status 130).
+    one line (exit status 130), any other exception with its traceback in the log as well as on the console.
 
     The message goes both to the log and to the console, so a user sees at once which file, line
-    or config key is at fault, and the job exits non-zero (Snakemake then removes its outputs).
+    or config key is at fault, and the job exits non-zero (Snakemake then removes its outputs). A user's own
+    function that raised (``registry.UserFunctionError``) also leaves its traceback in the log.
     """
     console = sys.stderr
     with open(log_path, "w", encoding="utf-8") as log_file:
@@ -73,13 +74,19 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             yield logger
             logger.info("job finished")
         except SnakeskillsError as error:
-            logging.getLogger("snakeskills").error("%s", error)
+            # a user's function that raised (registry.UserFunctionError) adds its traceback, for the log only
+            details = getattr(error, "details", "")
+            logging.getLogger("snakeskills").error("%s%s", error, f"\n{details}" if details else "")
             print(f"snakeskills error: {error} (log: {log_path})", file=console)
             raise SystemExit(1) from None
         except KeyboardInterrupt:
             # Ctrl-C reaches every job of the terminal: one line in the log, no traceback on the console
             logger.warning(INTERRUPTED)
             raise SystemExit(130) from None
+        except Exception:
+            # a bug: its traceback in the log too (the run's last line sends the user there), and on the console
+            logger.exception("job failed")
+            raise
         finally:
             sys.stderr = console
 

@@ -29,7 +29,7 @@ from fractions import Fraction
 from snakeskills.errors import SnakeskillsError
 from snakeskills.judging.code_execution import NO_CODE, extract_program, row_check, run_many
 from snakeskills.judging.sandbox import sandbox_limits
-from snakeskills.registry import choose
+from snakeskills.registry import Row, RowsOf, choose, row_at
 
 # judge.extraction's multiple-choice readers: an option letter, judged by letter equality
 MULTICHOICE = ("multichoice", "multichoice-strict")
@@ -199,15 +199,19 @@ EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
 }
 
 
-def extract_answer(text: str, *, method: str, regex: str | None) -> str | None:
-    """The predicted answer of one generation, by ``EXTRACTORS[method]`` or a user's ``module:function``.
+def extract_answer(text: str, *, method: str, regex: str | None, row: Row = None) -> str | None:
+    """The predicted answer of one generation, by ``EXTRACTORS[method]`` or a user's ``module:function`` (what it
+    raises stops the job naming the key and ``row``: ``registry.Chosen.call``).
 
     ``boxed`` takes the last ``\\boxed{}``, then falls back to ``regex`` (its last match, first group if it has
     one) when given; ``regex`` uses only the regex; ``multichoice`` an option letter (``extract_choice``); ``code``
     a program (``code_execution.extract_program``). An open answer (every method but those two) is stripped, and
     an empty one is no answer.
     """
-    answer = choose(EXTRACTORS, method, "judge.extraction")(text, regex)
+    return _cleaned(method, choose(EXTRACTORS, method, "judge.extraction").call(row, text, regex))
+
+
+def _cleaned(method: str, answer) -> str | None:
     if method in (*MULTICHOICE, "code") or answer is None:
         return answer
     answer = str(answer).strip()
@@ -324,11 +328,16 @@ def symbolic_verdicts(
     num_workers: int,
     timeout_seconds: float,
     memory_limit_mb: int | None,
+    rows: RowsOf | None = None,
 ) -> list[bool]:
-    """``symbolic_correct`` for each (expected, predicted) pair; counts of each path are logged."""
+    """``symbolic_correct`` for each (expected, predicted) pair; counts of each path are logged. ``rows``: the
+    records the pairs are of, in order, named in an error of a user's equivalence (else it shows the pair)."""
     if equivalence != "math-verify":  # compared in this process
         same = choose(EQUIVALENCES, equivalence, "judge.equivalence")
-        return [predicted is not None and bool(same(expected, predicted)) for expected, predicted in pairs]
+        return [
+            predicted is not None and bool(same.call(row_at(rows, index) if same.own else None, expected, predicted))
+            for index, (expected, predicted) in enumerate(pairs)
+        ]
     verdicts = [quick_verdict(expected, predicted) for expected, predicted in pairs]
     undecided = [index for index, verdict in enumerate(verdicts) if verdict is None]
     # many samples repeat an answer: compare each distinct (expected, predicted) pair once
@@ -372,10 +381,12 @@ def symbolic_verdicts(
     return verdicts
 
 
-def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, num_workers: int) -> list[bool]:
+def judge_verdicts(
+    pairs: list[tuple[str, str | None]], judge_config: dict, *, num_workers: int, rows: RowsOf | None = None
+) -> list[bool]:
     """Whether each (expected, predicted) answer pair agrees under a judge section's settings: letter equality for
-    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits. Code answers have tests, not an
-    expected answer: ``judge_records`` runs them."""
+    ``multichoice``, else ``symbolic_verdicts`` with its equivalence and limits (``rows``: the pairs' records, for
+    errors). Code answers have tests, not an expected answer: ``judge_records`` runs them."""
     if judge_config["extraction"] == "code":
         raise SnakeskillsError("code answers are judged by running their tests (judge_records), not by comparison")
     if judge_config["extraction"] in MULTICHOICE:
@@ -386,15 +397,21 @@ def judge_verdicts(pairs: list[tuple[str, str | None]], judge_config: dict, *, n
         num_workers=num_workers,
         timeout_seconds=judge_config["timeout_seconds"],
         memory_limit_mb=judge_config["memory_limit_mb"],
+        rows=rows,
     )
 
 
-def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
-    """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran)."""
+def judge_records(records: list[dict], judge_config: dict, *, num_workers: int, source=None) -> list[dict]:
+    """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran).
+    ``source``: the file the records were read from, named with the row in an error of a user's function."""
     if judge_config["extraction"] == "code":
         return judge_programs(records, judge_config, num_workers=num_workers)
-    method, regex = judge_config["extraction"], judge_config["regex"]
-    predicted = [extract_answer(record["generation"], method=method, regex=regex) for record in records]
+    method, regex, rows = judge_config["extraction"], judge_config["regex"], RowsOf(records, source)
+    extract = choose(EXTRACTORS, method, "judge.extraction")
+    predicted = [
+        _cleaned(method, extract.call(rows.at(index) if extract.own else None, record["generation"], regex))
+        for index, record in enumerate(records)
+    ]
     if method == "multichoice":  # an answer given as an option's text names that option
         predicted = [
             answer if answer is not None else option_named_by_value(record, record["generation"], regex)
@@ -404,7 +421,7 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int) 
     return [
         {**record, "predicted_answer": answer, "symbolic_correct": verdict}
         for record, answer, verdict in zip(
-            records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers), strict=True
+            records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers, rows=rows), strict=True
         )
     ]
 

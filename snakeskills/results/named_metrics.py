@@ -21,6 +21,7 @@ are numbers, strings, booleans or null, nested as the metric likes. Built-in one
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -32,6 +33,7 @@ import polars as pl
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
+from snakeskills.registry import Chosen, UserFunctionError, choose
 from snakeskills.results.metrics import (
     EXECUTION_ERROR,
     EXECUTION_STATUS,
@@ -41,7 +43,6 @@ from snakeskills.results.metrics import (
     vote_keys,
 )
 from snakeskills.results.paired_bootstrap import PAIRED_GAIN
-from snakeskills.registry import choose
 
 Problems = list[list[dict]]
 
@@ -126,7 +127,7 @@ def _scores(problems: Problems, score: str) -> np.ndarray:
     return np.array([[float(bool(row[score])) for row in samples] for samples in problems]).T
 
 
-def metric_function(spec: dict) -> Callable[..., dict]:
+def metric_function(spec: dict) -> Chosen:
     """The function a metric's spec names (a built-in or ``module:function``)."""
     return choose(METRICS, spec["function"], f"{spec['key']}.function")
 
@@ -141,7 +142,7 @@ def check_metric(spec: dict) -> None:
             f"config key {spec['key']}: {PAIRED_GAIN!r} names the eval's paired comparison of each tuned model with its"
             " base model (eval/summary.json); give this metric another name"
         )
-    function, key, name = metric_function(spec), spec["key"], repr(spec["function"])
+    function, key, name = metric_function(spec).function, spec["key"], repr(spec["function"])
     parameters = list(inspect.signature(function).parameters.values())[1:]  # after the problems
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
         return  # **options: it takes any
@@ -167,15 +168,20 @@ def read_problems(seed_paths: list[str | Path]) -> Problems:
 
 def compute_named_metrics(benchmark: str, specs: dict[str, dict], seed_paths: list[str | Path]) -> dict[str, dict]:
     """``{"<benchmark>/<name>": value}`` for each metric spec (``plan.sections.benchmark_metrics``); a metric that
-    fails, or returns what JSON cannot hold, stops naming its config key."""
+    fails, or returns what JSON cannot hold, stops naming its config key; a user's metric that raises also names the
+    row it held (``registry.Chosen.call_on_rows``, rows named by ``ProblemRows``)."""
     if not specs:
         return {}
     problems = read_problems(seed_paths)
+    rows = ProblemRows(problems, seed_paths)
     results = {}
     for name, spec in specs.items():
         try:
-            value = metric_function(spec)(problems, **spec["options"])
-        except SnakeskillsError as error:
+            function = dataclasses.replace(metric_function(spec), key=spec["key"])  # its error names the metric
+            value = function.call_on_rows(rows.name, problems, **spec["options"])
+        except UserFunctionError:
+            raise
+        except SnakeskillsError as error:  # a built-in metric's: its config key first
             raise SnakeskillsError(f"config key {spec['key']}: {error}") from None
         if not isinstance(value, dict):
             raise SnakeskillsError(
@@ -189,6 +195,31 @@ def compute_named_metrics(benchmark: str, specs: dict[str, dict], seed_paths: li
             ) from None
         results[f"{benchmark}/{name}"] = value
     return results
+
+
+class ProblemRows:
+    """Names, in an error, a judged row or a problem's rows a metric was handed: ``row 3 of <seed file> (id 'p2')``
+    or ``problem 'p2' (row 3 of each seed file)``; found by identity, so a copy of a row is not named."""
+
+    def __init__(self, problems: Problems, seed_paths: list[str | Path]) -> None:
+        self.problems, self.seed_paths = problems, seed_paths
+        self._where: dict[int, tuple[int, int | None]] | None = None
+
+    def name(self, value) -> str | None:
+        if not isinstance(value, dict | list):
+            return None
+        if self._where is None:  # made on the first error only
+            self._where = {id(samples): (p, None) for p, samples in enumerate(self.problems)}
+            self._where.update(
+                (id(row), (p, s)) for p, samples in enumerate(self.problems) for s, row in enumerate(samples)
+            )
+        if id(value) not in self._where:
+            return None
+        problem, seed = self._where[id(value)]
+        identity = self.problems[problem][0].get("id")
+        if seed is None:
+            return f"problem {identity!r} (row {problem + 1} of each seed file)"
+        return f"row {problem + 1} of {self.seed_paths[seed]} (id {identity!r})"
 
 
 def is_named_metric(key: str) -> bool:

@@ -87,8 +87,8 @@ def write_benchmark_summary(
     scores = {
         column: np.stack([seed[column].to_numpy() for seed in seeds]) for column in SCORE_COLUMNS if column in seeds[0]
     }
+    named = compute_named_metrics(benchmark, metric_specs, seed_paths)  # before any file: a failing metric writes none
     write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
-    named = compute_named_metrics(benchmark, metric_specs, seed_paths)
     table = format_table(benchmark, metrics[benchmark]) + "".join(format_metric(k, v) for k, v in named.items())
     write_json(metrics_path, {**metrics, **named})
     write_text(table_path, table)
@@ -254,5 +254,3 @@ def _check_same_scores(seed_paths: list[str | Path], seeds: list[pl.DataFrame]) 
             raise SnakeskillsError(
                 f"{path}: has score fields {have} but {seed_paths[0]} has {first}; judge every seed the same way"
             )
-
-
