@@ -302,6 +302,8 @@ class HFBackend:
         import torch
 
         torch.set_num_threads(threads)
+        # the folders it loads, whose files' identity a job's resume fingerprint holds (model_job.loaded_weights)
+        self.model_path, self.adapter_path = model_path, adapter_path
         self.device = resolve_device(device)
         self.batch_size = batch_size
         self.model, self.tokenizer = load_model_and_tokenizer(

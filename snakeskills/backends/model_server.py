@@ -10,10 +10,14 @@ so results do not depend on which jobs run together: every row has its own seed)
 server is started: config decides how many jobs share a load. Each job's log says whether it
 started the server ("started model server") or reused one, so loads can be counted from the logs.
 
-A server is private and keyed to where it runs. Its folder must be the user's own, mode 0700 (anyone who
-can create a socket there could read the prompts and answer with made-up generations), and its key holds
-the backend settings, the host, the visible GPUs and the SLURM job: jobs of two allocations on one node
-never share a server that runs on the other's GPUs and dies with the other's job.
+A server is private and keyed to what it serves and where it runs. Its folder must be the user's own, mode 0700
+(anyone who can create a socket there could read the prompts and answer with made-up generations), and its key
+holds the backend settings, the identity of the weights (``weights_identity``: every file of the model's and the
+adapter's folders by size, times and inode, not only their paths), the host, the visible GPUs and the SLURM job.
+So jobs of two allocations on one node never share a server that runs on the other's GPUs and dies with the
+other's job, and a round retrained in place (same folder, new adapter) while a server of its old weights is up
+gets a server of its own: the old one, which no job can reach any more, exits as soon as it has no job. A server
+checks, once loaded, that its files are still those its job saw (else it stops: they changed while it loaded).
 
 Protocol: one JSON object per line over the socket: ``{"op": "hello"}`` then any number of
 ``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``.
@@ -30,6 +34,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import subprocess
 import sys
 import threading
@@ -46,10 +51,59 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT_SECONDS = 900
 
 
-def server_key(options: dict) -> str:
-    """The server for these backend options, on this host, these visible GPUs and this SLURM job."""
+def _files_identity(path: str) -> list | str:
+    """Each file under ``path`` (or ``path`` itself, a file) as (relative path, size, mtime, ctime, inode);
+    ``"missing"`` when there is nothing there. Hidden files and folders are left out: no loader reads them, and some
+    change beside unchanged weights (huggingface_hub's ``.cache`` of a downloaded folder, Snakemake's timestamp)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return "missing"
+    if not stat.S_ISDIR(status.st_mode):
+        return [[".", status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]]
+    files = []
+    for folder, folders, names in os.walk(path):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            file_path = os.path.join(folder, name)
+            try:
+                status = os.stat(file_path)  # through links: a Hub snapshot's files are links to its blobs
+            except OSError:
+                continue  # a dangling link, or a file removed while we looked
+            identity = [status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
+            files.append([os.path.relpath(file_path, path), *identity])
+    return files
+
+
+def weights_identity(model_path: str | os.PathLike, adapter_path: str | os.PathLike | None) -> str:
+    """What a model load serves, as a short hash: each file of the model's and the adapter's folders by relative
+    path, size, modification and change times (ns) and inode, the stat that git's index trusts.
+
+    A stat, not the bytes: a large checkpoint's weights are read once by the load, not hashed by every job. A file
+    rewritten in place or a folder retrained and renamed into place changes its times or inode even where its size
+    stays (an adapter of the same rank), and so does a copy that keeps the old times (``cp -p``, ``rsync -a``: a
+    new inode or ctime). Changing a file's mode changes its ctime too: that costs one more load, never a stale one.
+    """
+    identity = [
+        [role, None, None] if path is None else [role, os.fspath(path), _files_identity(os.fspath(path))]
+        for role, path in (("model", model_path), ("adapter", adapter_path))
+    ]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+
+
+def options_weights(options: dict) -> str:
+    """``weights_identity`` of a server's backend options (their ``model_path`` and ``adapter_path``)."""
+    return weights_identity(options["model_path"], options.get("adapter_path"))
+
+
+def server_key(options: dict, weights: str) -> str:
+    """The server for these backend options and these weights (``weights_identity``), on this host, these visible
+    GPUs and this SLURM job."""
     identity = {
         "options": options,
+        "weights": weights,
         "host": socket.gethostname(),
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
@@ -61,14 +115,13 @@ def server_key(options: dict) -> str:
 MAX_SOCKET_PATH_BYTES = 103
 
 
-def server_paths(directory: str | Path, options: dict) -> tuple[Path, Path, Path]:
-    """Socket, lock and log file of the server for these backend options (see ``server_key``).
+def server_paths(directory: str | Path, key: str) -> tuple[Path, Path, Path]:
+    """Socket, lock and log file of the server of this key (``server_key``).
 
     The lock and the log live in ``directory``. So does the socket, unless its path would be too long for a Unix
     socket (a deep project or temporary folder): then it lives in this user's private runtime folder, named after
     ``directory`` and the key, so jobs configured with the same folder still find the same server.
     """
-    key = server_key(options)
     folder = Path(directory)
     socket_path = folder / f"{key}.sock"
     if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
@@ -100,9 +153,12 @@ class SharedModelBackend:
 
         self.chat_format = {"chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs}
         self.options = {"backend": backend, **options}
-        free_idle_servers(node_gpus(), keep=server_key(self.options))  # other models' idle servers on its GPUs
+        # what this job's model is now: looked at once, so that the key, the server and the log agree
+        self.weights = options_weights(self.options)
+        self.key = server_key(self.options, self.weights)
+        free_idle_servers(node_gpus(), keep=self.key)  # other models' (and older weights') idle servers on its GPUs
         folder = private_directory(directory)
-        self.socket_path, lock_path, self.server_log = server_paths(folder, self.options)
+        self.socket_path, lock_path, self.server_log = server_paths(folder, self.key)
         for _attempt in range(5):
             with open(lock_path, "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # one job at a time decides whether to start the server
@@ -122,11 +178,12 @@ class SharedModelBackend:
             raise SnakeskillsError(f"could not get a model server to accept this job; see {self.server_log}")
         self.server_pid = hello["pid"]
         logger.info(
-            "model server pid %d serves this job (job %d on load %s): loaded %s",
+            "model server pid %d serves this job (job %d on load %s): loaded %s (weights %s)",
             hello["pid"],
             hello["jobs"],
             hello["load_id"],
             hello["loaded"],
+            hello["weights"],
         )
 
     def _connect(self) -> socket.socket | None:
@@ -149,6 +206,8 @@ class SharedModelBackend:
             str(self.socket_path),
             "--options",
             json.dumps(self.options),
+            "--weights",
+            self.weights,
             "--idle-seconds",
             str(idle_seconds),
             "--jobs-per-load",
@@ -227,16 +286,27 @@ class _Handler(socketserver.StreamRequestHandler):
 class ModelServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, socket_path: str, options: dict, jobs_per_load: int):
+    def __init__(self, socket_path: str, options: dict, weights: str, jobs_per_load: int):
         from snakeskills.backends.specs import BACKENDS
 
+        self.options = options
+        self.weights = weights
         options = dict(options)
         name = options.pop("backend")
         started = time.monotonic()
         self.backend = BACKENDS[name].build(**options)
+        if not self.serves_its_weights():
+            raise SnakeskillsError(
+                f"the files of {options['model_path']} (adapter {options.get('adapter_path')}) changed while this "
+                "server loaded them: it may hold a mix of old and new weights; the job fails, rerun it"
+            )
         self.load_id = f"{os.getpid()}-{int(time.time())}"
         logger.info(
-            "loaded model for %s in %.1fs (load %s)", options["model_path"], time.monotonic() - started, self.load_id
+            "loaded model for %s in %.1fs (load %s, weights %s)",
+            options["model_path"],
+            time.monotonic() - started,
+            self.load_id,
+            weights,
         )
         self.jobs_per_load = jobs_per_load
         self.jobs = 0
@@ -261,6 +331,7 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                 "load_id": self.load_id,
                 "jobs": self.jobs,
                 "loaded": self.backend.loaded,
+                "weights": self.weights,
             }
         if message["op"] == "generate":
             from snakeskills.prompts import encode_messages
@@ -285,6 +356,10 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
             return {"results": [asdict(result) for result in results]}
         raise ValueError(f"unknown op {message['op']!r}")
 
+    def serves_its_weights(self) -> bool:
+        """Whether the model's files on disk are still those it loaded (its key names them)."""
+        return options_weights(self.options) == self.weights
+
     def retire(self) -> None:
         """Take no new jobs: remove the socket path so the next job starts a fresh server."""
         with contextlib.suppress(FileNotFoundError):
@@ -292,19 +367,25 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
         logger.info("served %d jobs: retiring after the current ones", self.jobs)
 
 
-def serve(socket_path: str, options: dict, idle_seconds: float, jobs_per_load: int) -> None:
+def serve(socket_path: str, options: dict, weights: str, idle_seconds: float, jobs_per_load: int) -> None:
     from snakeskills.backends.gpus import mark_server_gpus
 
-    release_requests = mark_server_gpus(server_key(options))  # its GPUs hold its memory until it exits
-    server = ModelServer(socket_path, options, jobs_per_load)
+    release_requests = mark_server_gpus(server_key(options, weights))  # its GPUs hold its memory until it exits
+    server = ModelServer(socket_path, options, weights, jobs_per_load)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     while True:
         time.sleep(0.5)
+        # a job of new weights at the same path (a round retrained in place) has a key of its own: none can reach
+        # this server any more, so it leaves as soon as its jobs are done instead of holding memory while idle
+        stale = server.clients == 0 and not server.serves_its_weights()
         with server.state_lock:
             idle = server.clients == 0 and time.monotonic() - server.last_activity > idle_seconds
             if server.clients == 0 and any(request.exists() for request in release_requests):
                 logger.info("a job claimed this server's GPU(s): exiting to free their memory")
+                idle = True
+            if server.clients == 0 and stale:
+                logger.info("its weights changed on disk (a new key; no job can reach it): exiting")
                 idle = True
             retired_and_done = server.jobs >= server.jobs_per_load and server.clients == 0
             if idle or retired_and_done:
@@ -320,11 +401,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="snakeskills shared model server")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--options", required=True)
+    parser.add_argument("--weights", required=True, help="weights_identity of the files the starting job saw")
     parser.add_argument("--idle-seconds", type=float, required=True)
     parser.add_argument("--jobs-per-load", type=int, required=True)
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s model_server %(levelname)s: %(message)s")
-    serve(arguments.socket, json.loads(arguments.options), arguments.idle_seconds, arguments.jobs_per_load)
+    serve(
+        arguments.socket,
+        json.loads(arguments.options),
+        arguments.weights,
+        arguments.idle_seconds,
+        arguments.jobs_per_load,
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 
 Each request carries its own ``seed`` in vLLM's ``SamplingParams``, so samples do not depend on
 batching or chunking, as with the hf backend. A tuned model is served as the base checkpoint plus
-a ``LoRARequest`` for its adapter, without merging.
+a ``LoRARequest`` for its adapter, without merging. The engine keeps an adapter it has loaded under the request's
+id for its whole life, and reads its folder once: a backend serves the one adapter it was built with, and an
+adapter retrained in place is read by a new engine (a new job, or a new shared server, whose key holds the
+weights' identity: ``model_server.weights_identity``).
 
 On a CPU, vLLM reads ``gpu_memory_utilization`` as the share of the machine's RAM to reserve, so the KV cache is
 sized in GiB instead (``kv_cache_gb``, 2 GiB unless set); ``dtype: auto`` loads what the hf backend would; its
@@ -74,6 +77,9 @@ class VLLMBackend:
                 "install it on GPU nodes with `pip install -e '.[vllm]'` or use backend: hf"
             ) from None
         from vllm.platforms import current_platform
+
+        # the folders it loads, whose files' identity a job's resume fingerprint holds (model_job.loaded_weights)
+        self.model_path, self.adapter_path = model_path, adapter_path
 
         on_cpu = current_platform.is_cpu()
         if on_cpu:

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ class AskedModel:
     """A model as a job asks it: its backend, the resolved prompt, the sampling, how its texts are read
     (``reasoning_settings``), rows per progress flush, and the files besides the job's inputs whose identity
     decides its answers (the workflow passes the job's settings file; progress written under others is not
-    resumed)."""
+    resumed). The backend's weights decide them too (``loaded_weights``): they are part of the fingerprint."""
 
     backend: object
     prompt: dict
@@ -41,6 +42,21 @@ class AskedModel:
     reasoning: dict
     rows_per_flush: int
     fingerprint_files: list = field(default_factory=list)
+
+
+def loaded_weights(backend) -> str | None:
+    """The identity of the weights a backend generates with (``model_server.weights_identity``: its model's and
+    adapter's files by size, times and inode): what the shared server's key holds (``weights``), else that of the
+    folders a local backend loaded (``model_path``, ``adapter_path``: hf, vllm); ``None`` for a remote model."""
+    from snakeskills.backends.model_server import weights_identity
+
+    weights = getattr(backend, "weights", None)
+    if isinstance(weights, str):
+        return weights
+    model_path = getattr(backend, "model_path", None)
+    if not isinstance(model_path, str | os.PathLike):
+        return None
+    return weights_identity(model_path, getattr(backend, "adapter_path", None))
 
 
 def reasoning_settings(generation: dict) -> dict:
@@ -171,8 +187,10 @@ def ask_model_per_row(
     model (it is then not asked), else ``None``. The text (the model's, or the known one) becomes the fields of
     ``result_fields`` under ``key``, and ``output_row(row, fields, result)`` the output row (``result`` is the
     backend's, ``None`` for a known row). ``inputs`` and ``settings`` (besides the prompt, sampling and reasoning)
-    decide the answers: they and ``model.fingerprint_files`` make the fingerprint a resumed job must match.
-    ``label`` names the job in progress lines."""
+    decide the answers: they, ``model.fingerprint_files`` and the backend's weights (``loaded_weights``: a round
+    retrained in place under the same path does not resume the old weights' rows) make the fingerprint a resumed
+    job must match. ``label`` names the job in progress lines."""
+    weights = loaded_weights(model.backend)
     job_fingerprint = fingerprint(
         [*inputs, *model.fingerprint_files],
         {
@@ -180,6 +198,7 @@ def ask_model_per_row(
             "prompt": model.prompt,
             "sampling": dataclasses.asdict(model.sampling),
             "reasoning": model.reasoning,
+            **({} if weights is None else {"weights": weights}),
         },
     )
     progress = Progress(len(rows), label=label)
