@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,10 +40,14 @@ QWEN25_15B = {
     "torch_dtype": "bfloat16",
 }
 
-# The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist=loadgroup --no-loadscope-reorder`).
-# Each module is one xdist group, so its module and session fixtures (a finished run) are built once; modules that
-# share a finished run form one group. The slowest groups are queued first so that two workers start on them; with
-# `-n 0` (one process) the order is the same.
+# The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist=loadscope --no-loadscope-reorder`).
+# Each module is one group, on one worker, so its module and session fixtures (a finished run, a served model) are
+# built once; modules that share a finished run form one group. The slowest groups are queued first so that two
+# workers start on them; with `-n 0` (one process) the order is the same. The groups are this file's own scheduler
+# (`GroupScheduling`, given to xdist by its documented `pytest_xdist_make_scheduler` hook), which reads a test's group
+# from its module's path: xdist's `loadgroup` reads it from a suffix it writes into the test's id, which pytest 9.2
+# no longer keeps (every group then ran on both workers, a served teacher twice). `check_one_worker_per_group`
+# fails the run if a group ever runs on two workers again.
 TEST_FOLDERS = ("unit", "components", "workflow", "external", "gpu")
 SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
 SLOWEST_GROUPS_FIRST = (
@@ -58,6 +63,69 @@ SLOWEST_GROUPS_FIRST = (
     "test_gpus",
     "test_distributed_sft",
 )
+# where each worker notes the groups it ran (set by the controlling process, inherited by its workers)
+GROUP_NOTES = "SNAKESKILLS_TEST_GROUP_NOTES"
+
+
+def group_of(nodeid: str) -> str:
+    """The group of a test, by its id (``tests/<folder>/<module>.py::<test>``): its module, or its shared run's."""
+    module = Path(nodeid.split("::", 1)[0]).stem
+    return SHARED_RUN_GROUPS.get(module, module)
+
+
+class GroupSchedulingPlugin:
+    """Gives xdist its scheduler: xdist's scheduling by scope, the scope being a test's group (``group_of``).
+    Registered only where xdist runs (``-p no:xdist`` has no such hook)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        from xdist.scheduler import LoadScopeScheduling
+
+        class GroupScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return group_of(nodeid)
+
+        return GroupScheduling(config, log)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(GroupSchedulingPlugin(), "snakeskills-group-scheduling")
+    if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
+        os.environ[GROUP_NOTES] = tempfile.mkdtemp(prefix="snakeskills-test-groups-")
+
+
+def pytest_runtest_setup(item):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and os.environ.get(GROUP_NOTES):
+        notes = Path(os.environ[GROUP_NOTES])
+        notes.mkdir(parents=True, exist_ok=True)
+        with open(notes / worker, "a") as file:
+            file.write(group_of(item.nodeid) + "\n")
+
+
+def check_one_worker_per_group(notes: Path) -> list[str]:
+    """The groups that ran on more than one worker, from the workers' notes."""
+    workers: dict[str, set[str]] = {}
+    for file in notes.glob("*") if notes.is_dir() else []:
+        for group in file.read_text().split():
+            workers.setdefault(group, set()).add(file.name)
+    return sorted(f"{group} ({', '.join(sorted(ran))})" for group, ran in workers.items() if len(ran) > 1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or not os.environ.get(GROUP_NOTES):
+        return
+    notes = Path(os.environ[GROUP_NOTES])
+    split = check_one_worker_per_group(notes)
+    shutil.rmtree(notes, ignore_errors=True)
+    if split:
+        session.config.get_terminal_writer().line(
+            f"tests/conftest.py: groups ran on more than one worker, their fixtures built twice: {'; '.join(split)}",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # Two workers on 2 cores run torch with 2 threads each. OpenMP's default lets a waiting thread spin, and spinning
@@ -72,18 +140,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("NVIDIA_API_KEY", "placeholder-never-sent")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        module = item.path.stem
-        return SHARED_RUN_GROUPS.get(module, module)
-
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
         if item.path.parent.name in TEST_FOLDERS:
             item.add_marker(getattr(pytest.mark, item.path.parent.name))
     rank = {name: position for position, name in enumerate(SLOWEST_GROUPS_FIRST)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
 @functools.cache

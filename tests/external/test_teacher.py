@@ -122,15 +122,16 @@ def teacher_run(tmp_path_factory, arithmetic_teacher):
         config["sft"]["training"]["num_epochs"] = 40
         write_config(configfile, config)
         process = run_snakemake(workdir, "--cores", "2", configfile=configfile)
+        peak_memory_gb = server.peak_memory_gb()
     finally:
         server.stop()
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
-    return workdir, configfile
+    return workdir, configfile, peak_memory_gb
 
 
 @pytest.mark.slow
 def test_student_gains_on_held_out_problems_from_a_real_teacher(teacher_run):
-    workdir, _ = teacher_run
+    workdir, *_ = teacher_run
     results = workdir / RESULTS
     summary = json.loads((results / "eval/summary.json").read_text())
     score = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
@@ -142,12 +143,22 @@ def test_student_gains_on_held_out_problems_from_a_real_teacher(teacher_run):
 
 
 @pytest.mark.slow
+def test_the_served_teacher_holds_a_bounded_memory(teacher_run):
+    """Its continuous batching cache is bounded (servers.CONTINUOUS_BATCHING_BOUNDS), not sized from the machine's
+    RAM (14.4 GB for this 135M-parameter teacher on a 24 GB machine)."""
+    from servers import PEAK_MEMORY_BOUND_GB
+
+    *_, peak_memory_gb = teacher_run
+    assert peak_memory_gb < PEAK_MEMORY_BOUND_GB, peak_memory_gb
+
+
+@pytest.mark.slow
 def test_teacher_text_is_retokenized_for_the_student(teacher_run):
     from transformers import AutoTokenizer
 
     from snakeskills.training.sft import to_prompt_completion
 
-    workdir, _ = teacher_run
+    workdir, *_ = teacher_run
     results = workdir / RESULTS
     records = [json.loads(line) for line in (results / "sft/round1/data.jsonl").read_text().splitlines()]
     assert records and {record["generated_by"] for record in records} == {"teacher"}
@@ -171,7 +182,7 @@ def test_teacher_text_is_retokenized_for_the_student(teacher_run):
 
 @pytest.mark.slow
 def test_teacher_samples_are_made_once_and_reused_by_later_rounds(teacher_run, tmp_path):
-    workdir, configfile = teacher_run
+    workdir, configfile, _ = teacher_run
     results = workdir / RESULTS
     round2 = json.loads((results / "sft/round2/stats.json").read_text())
     assert round2["kept_by_source"]["teacher"] == json.loads((results / "sft/round1/stats.json").read_text())["kept"]
