@@ -72,9 +72,13 @@ class VLLMBackend:
             from vllm import LLM
             from vllm.lora.request import LoRARequest
         except ImportError as error:
+            import sys
+
             raise SnakeskillsError(
-                f"generation.backend is 'vllm' but vllm cannot be imported ({error}); "
-                "install it on GPU nodes with `pip install -e '.[vllm]'` or use backend: hf"
+                f"generation.backend is 'vllm' but vllm cannot be imported by {sys.executable} ({error}): the job "
+                "runs the Python that generation.vllm.python names (null: the project's own); install vllm into that "
+                "one (GPU nodes: `pip install -e '.[vllm]'`), point vllm.python at a Python that has it, or use "
+                "backend: hf"
             ) from None
         from vllm.platforms import current_platform
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from snakeskills.backends.specs import backend_spec
 from snakeskills.data.specs import check_splits
 from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.folders import check_job_python
 from snakeskills.plan.resources import training_gpus, training_processes
 from snakeskills.plan.sections import (
     MULTICHOICE,
@@ -16,11 +17,14 @@ from snakeskills.plan.sections import (
     benchmark_prompt,
     generation_sections,
     is_code_benchmark,
+    llm_judged,
+    required_splits,
 )
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.training import check_methods
 from snakeskills.plan.values import check_model_name, check_regex
+from snakeskills.prompts import resolve_prompt
 from snakeskills.registry import is_user_function, load_user_function
 from snakeskills.training.trainer import check_batch_divides
 
@@ -51,6 +55,7 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
     _check_benchmark_questions(config)
     for key, section in generation_sections(config).items():
         backend_spec(section).check(section, key)
+        check_job_python(section, key)
         _check_reasoning(section, key)
     check_methods(config, training_processes(config, gpus_available))
     _check_student_backend(config)
@@ -59,7 +64,9 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
         check_teacher(config)
     if config["synthesis"] is not None:
         check_synthesis(config)
+        _check_writing_sampling(config)
     for key, (prompt, reader) in prompt_readers(config).items():
+        resolve_prompt(prompt, key)  # a template file that exists, format strings that parse: now, not in its job
         _check_chat_template_kwargs(config, key, prompt, reader)
     _check_metrics(config)
 
@@ -73,13 +80,31 @@ def check_code_sandbox(config: dict) -> None:
         check_sandbox(config["judge"]["sandbox"])
 
 
+# the built-in named metrics (snakeskills.results.named_metrics), which read the verdict column their ``score`` names
+SCORED_METRICS = ("by_field", "pass_hat_k", "tokens_by_verdict")
+
+
 def _check_metrics(config: dict) -> None:
-    """Each benchmark's named metrics: a user's function must import and take its options now, not in summarize."""
+    """Each benchmark's named metrics: a user's function must import and take its options now, and a built-in's
+    ``score: judge_correct`` have the LLM judge's verdicts to read, not fail in summarize."""
     from snakeskills.results.named_metrics import check_metric
 
     for benchmark in config["benchmarks"]:
         for spec in benchmark_metrics(config, benchmark).values():
             check_metric(spec)
+            score = spec["options"].get("score")
+            if spec["function"] in SCORED_METRICS and score == "judge_correct" and not llm_judged(config, benchmark):
+                own = f"benchmarks.{benchmark}.metrics.{spec['key'].rsplit('.', 1)[-1]}"
+                fix = "use score: symbolic_correct" if spec["key"] == own else f"give {own} its own spec"
+                why = (
+                    "judge.llm is not set; set judge.llm or use score: symbolic_correct"
+                    if config["judge"]["llm"] is None
+                    else f"benchmark {benchmark!r} is a code benchmark, whose answers the LLM judge does not read (its "
+                    f"tests decide); {fix}"
+                )
+                raise SnakeskillsError(
+                    f"config key {spec['key']}.score is 'judge_correct', the LLM judge's verdicts, but {why}"
+                )
 
 
 def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
@@ -143,8 +168,6 @@ def _check_benchmark_questions(config: dict) -> None:
     parse), a benchmark's judge regex compile, a user's extraction or equivalence function import, a
     multiple-choice benchmark be judged as one (a math judge would compare letters with math-verify), and code be
     judged by running tests, on a benchmark that has them."""
-    from snakeskills.prompts import resolve_prompt
-
     resolve_prompt(config["prompt"])
     for benchmark, spec in config["benchmarks"].items():
         key = f"benchmarks.{benchmark}"
@@ -157,48 +180,56 @@ def _check_benchmark_questions(config: dict) -> None:
                 own = name in spec["judge"]
                 load_user_function(judge[name], f"{key}.judge.{name}" if own else f"judge.{name}")
         extraction = judge["extraction"]
+        # the key the extraction was written at: the benchmark's own, else judge.extraction, which it takes
+        written = f"{key}.judge.extraction" if "extraction" in spec["judge"] else "judge.extraction"
+        taken = "" if written != "judge.extraction" else f" (benchmark {benchmark!r} sets no extraction of its own)"
         if spec["multiple_choice"] is not None and extraction not in MULTICHOICE:
             raise SnakeskillsError(
-                f"config key {key}.judge.extraction: benchmark {benchmark!r} is multiple-choice (its expected answers "
-                f"are option letters) but is judged with extraction {extraction!r}; set {key}.judge: "
+                f"config key {written}: benchmark {benchmark!r} is multiple-choice (its expected answers are option "
+                f"letters) but is judged with extraction {extraction!r}{taken}; set {key}.judge: "
                 "{extraction: multichoice} (or multichoice-strict)"
             )
         if spec["code"] is not None and extraction != "code":
             raise SnakeskillsError(
-                f"config key {key}.judge.extraction: benchmark {benchmark!r} is a code benchmark (its answers are "
-                f"programs, judged by running its tests) but is judged with extraction {extraction!r}; set "
-                f"{key}.judge: {{extraction: code}}"
+                f"config key {written}: benchmark {benchmark!r} is a code benchmark (its answers are programs, judged "
+                f"by running its tests) but is judged with extraction {extraction!r}{taken}; set {key}.judge: "
+                "{extraction: code}"
             )
         if spec["code"] is None and extraction == "code":
             raise SnakeskillsError(
-                f"config key {key}.judge.extraction is code (run each answer against the row's tests), but benchmark "
-                f"{benchmark!r} has no tests; describe them with {key}.code, or judge it another way"
+                f"config key {written} is code (run each answer against the row's tests), but benchmark "
+                f"{benchmark!r} has no tests{taken}; describe them with {key}.code, or judge it another way"
             )
 
 
-def _check_reasoning(generation: dict, key: str) -> None:
+def _check_reasoning(generation: dict, key: str, sampling_key: str | None = None) -> None:
     """A stop string that cuts a reasoning model's text at (or before) the end of its thinking would leave every
-    generation without an answer."""
+    generation without an answer. ``sampling_key``: where the sampling was written, when not ``<key>.sampling``
+    (synthesis.sampling, which a teacher or student writer writes with)."""
     if not generation["parse_reasoning"]:
         return
     end = generation["end_reasoning_string"]
     for stop in generation["sampling"]["stop"]:
         if stop in end or end in stop:
             raise SnakeskillsError(
-                f"config key {key}.sampling.stop has {stop!r}, which cuts the text where {key}.end_reasoning_string "
-                f"{end!r} ends the thinking, so no answer would follow; drop it from stop"
+                f"config key {sampling_key or f'{key}.sampling'}.stop has {stop!r}, which cuts the text where "
+                f"{key}.end_reasoning_string {end!r} ends the thinking, so no answer would follow; drop it from stop"
             )
 
 
+def _check_writing_sampling(config: dict) -> None:
+    """synthesis.sampling replaces a teacher or student writer's sampling while it writes: its stop strings meet
+    that writer's reasoning settings."""
+    synthesis = config["synthesis"]
+    if synthesis["writer"] == "own" or synthesis["sampling"] is None:
+        return
+    key = "teacher.generation" if synthesis["writer"] == "teacher" else "generation"
+    writer = config["teacher"]["generation"] if synthesis["writer"] == "teacher" else config["generation"]
+    _check_reasoning({**writer, "sampling": synthesis["sampling"]}, key, "synthesis.sampling")
+
+
 def _check_splits(config: dict) -> None:
-    required = {name: [(config["eval_split"], "eval_split")] for name in config["benchmarks"]}
-    for name in config["train_benchmarks"]:
-        required[name].append((config["train_split"], "train_split"))
-    if config["model"]["build_tiny"]:
-        tiny = config["tiny_model"]
-        for key in ("bootstrap_split", "validation_split"):
-            required[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
-    check_splits(config["benchmarks"], required)
+    check_splits(config["benchmarks"], required_splits(config))
     if config["eval_split"] == config["train_split"]:
         raise SnakeskillsError(
             f"config keys eval_split and train_split are both {config['eval_split']!r}: the evaluation would "
@@ -260,19 +291,6 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
         raise SnakeskillsError(
             "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "
             f"{gpus} GPU(s); set sft.gpus to 2 or more, or use ddp"
-        )
-    score = sft["filters"]["score"]
-    if score != "symbolic_correct" and config["judge"]["llm"] is None:
-        raise SnakeskillsError(
-            f"config key sft.filters.score is {score!r}, which needs the LLM judge's verdicts, but judge.llm "
-            "is not set; set judge.llm or use sft.filters.score: symbolic_correct"
-        )
-    code_benchmarks = [name for name in config["train_benchmarks"] if is_code_benchmark(config, name)]
-    if score != "symbolic_correct" and code_benchmarks:
-        raise SnakeskillsError(
-            f"config key sft.filters.score is {score!r}, but train benchmark {code_benchmarks[0]!r} is a code "
-            "benchmark, whose answers the LLM judge does not read (its tests decide); use sft.filters.score: "
-            "symbolic_correct"
         )
 
 

@@ -19,6 +19,19 @@ def generation_sections(config: dict) -> dict[str, dict]:
     return sections
 
 
+def required_splits(config: dict) -> dict[str, list[tuple[str, str]]]:
+    """The splits the run prepares, by benchmark, each with the config key that asks for it: every benchmark's
+    eval split, the train benchmarks' train split, the tiny model's bootstrap and validation splits."""
+    required = {name: [(config["eval_split"], "eval_split")] for name in config["benchmarks"]}
+    for name in config["train_benchmarks"]:
+        required[name].append((config["train_split"], "train_split"))
+    if config["model"]["build_tiny"]:
+        tiny = config["tiny_model"]
+        for key in ("bootstrap_split", "validation_split"):
+            required[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
+    return required
+
+
 ASKED_PROMPT_KEYS = ("template", "system", "user", "num_few_shot")
 JUDGE_RULE_KEYS = ("extraction", "regex", "equivalence", "timeout_seconds", "memory_limit_mb", "sandbox")
 

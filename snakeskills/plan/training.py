@@ -8,6 +8,7 @@ from __future__ import annotations
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_processes
+from snakeskills.plan.sections import is_code_benchmark
 from snakeskills.training.grpo import grpo_sampling
 from snakeskills.training.methods import TRAINING_METHODS, training_method
 
@@ -101,6 +102,8 @@ def check_methods(config: dict, processes: int) -> None:
                 f"config key {method}.pass_rate: min ({bounds['min']}) is above max ({bounds['max']}): no problem "
                 "would be kept"
             )
+        if training_method(method).score_key is not None:
+            check_score(config, method)
         training_method(method).trainer_module().check_config(config, processes)
     if config["teacher"] is not None and "sft" not in methods:
         raise SnakeskillsError(
@@ -111,4 +114,25 @@ def check_methods(config: dict, processes: int) -> None:
         raise SnakeskillsError(
             "config key synthesis is set, but methods does not list sft: synthesized problems feed the sft rounds; "
             "add sft to methods or remove synthesis"
+        )
+
+
+def check_score(config: dict, method: str) -> None:
+    """A verdict other than symbolic_correct needs the LLM judge's (judge.llm), which code benchmarks do not get
+    (their tests decide); the message names the method's own key (``dpo.pairs.score``, ...: ``score_key`` in the
+    table of training methods)."""
+    group, name = training_method(method).score_key
+    key, score = f"{method}.{group}.{name}", config[method][group][name]
+    if score == "symbolic_correct":
+        return
+    if config["judge"]["llm"] is None:
+        raise SnakeskillsError(
+            f"config key {key} is {score!r}, which needs the LLM judge's verdicts, but judge.llm is not set; set "
+            f"judge.llm or use {key}: symbolic_correct"
+        )
+    code_benchmarks = [name for name in config["train_benchmarks"] if is_code_benchmark(config, name)]
+    if code_benchmarks:
+        raise SnakeskillsError(
+            f"config key {key} is {score!r}, but train benchmark {code_benchmarks[0]!r} is a code benchmark, whose "
+            f"answers the LLM judge does not read (its tests decide); use {key}: symbolic_correct"
         )

@@ -52,6 +52,10 @@ class TrainingMethod:
     runtime_factor: int
     # full fine-tuning keeps a frozen copy of the starting model as the reference when beta > 0
     frozen_reference: bool
+    # the section's key choosing the verdict that says a judged sample is correct (symbolic_correct, judge_correct,
+    # both): which samples SFT keeps, which DPO pairs as chosen, which KTO calls desirable. None: no choice (GRPO's
+    # reward is the benchmark's rule-based judge)
+    score_key: tuple[str, str] | None
     # the trainer samples completions while it trains (the cost table counts them)
     samples_while_training: bool = False
 
@@ -87,6 +91,7 @@ SFT = TrainingMethod(
     curves=(_TRAINING_CURVE_LOSS,),
     runtime_factor=1,
     frozen_reference=False,
+    score_key=("filters", "score"),
 )
 DPO = TrainingMethod(
     name="dpo",
@@ -104,6 +109,7 @@ DPO = TrainingMethod(
     curves=(("rewards/accuracies", "preference accuracy"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
+    score_key=("pairs", "score"),
 )
 KTO = TrainingMethod(
     name="kto",
@@ -121,6 +127,7 @@ KTO = TrainingMethod(
     curves=(("rewards/margins", "reward margin (desirable - undesirable)"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
+    score_key=("samples", "score"),
 )
 GRPO = TrainingMethod(
     name="grpo",
@@ -138,6 +145,7 @@ GRPO = TrainingMethod(
     curves=(("reward", "mean reward of the sampled completions"), _TRAINING_CURVE_LOSS),
     runtime_factor=4,
     frozen_reference=True,
+    score_key=None,
     samples_while_training=True,
 )
 
