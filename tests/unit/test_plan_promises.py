@@ -368,14 +368,21 @@ def test_a_regex_that_does_not_compile_stops_the_plan(key):
 
 def test_a_sandbox_that_cannot_start_stops_the_plan(tmp_path, monkeypatch):
     """benchmarks.md: "When a config has a code benchmark, the plan checks that a sandbox starts before any job
-    runs", naming judge.sandbox; without a code benchmark it is not asked."""
+    runs", naming judge.sandbox; without a code benchmark it is not asked. The probe's answer is kept per process
+    (an earlier test may have asked on this worker): cleared before and after."""
+    from snakeskills.judging.sandbox import sandbox_problem
+
     monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
-    config = with_code_benchmark(tmp_path)
-    config["judge"]["sandbox"] = "bwrap"
-    stops(config, "config key judge.sandbox is 'bwrap', but bubblewrap (bwrap) is not installed")
-    config = copy.deepcopy(DEFAULT)
-    config["judge"]["sandbox"] = "bwrap"
-    planned(config)
+    sandbox_problem.cache_clear()
+    try:
+        config = with_code_benchmark(tmp_path)
+        config["judge"]["sandbox"] = "bwrap"
+        stops(config, "config key judge.sandbox is 'bwrap', but bubblewrap (bwrap) is not installed")
+        config = copy.deepcopy(DEFAULT)
+        config["judge"]["sandbox"] = "bwrap"
+        planned(config)
+    finally:
+        sandbox_problem.cache_clear()
 
 
 @pytest.mark.parametrize("key", USER_FUNCTION_KEYS)
