@@ -348,26 +348,39 @@ def visible_devices_restored():
 RUN_SECONDS = "run-seconds.txt"  # in the finished run: how long it took
 
 
+def apt_installed(command: str, package: str, why: str) -> None:
+    """``command`` on this machine: ``package`` installed with apt-get on first use when missing (as root, as the
+    SLURM test installs slurm; one worker at a time), else the test is skipped. The lock is the one
+    tests/external/slurm/setup-slurm.sh takes around its apt-get."""
+    if shutil.which(command) is not None:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip(f"{why}: apt-get install {package} (as root)")
+    with open("/tmp/snakeskills-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if shutil.which(command) is None:
+            for apt in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+                environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+                process = subprocess.run(apt, capture_output=True, text=True, timeout=600, env=environment)
+                assert process.returncode == 0, f"{' '.join(apt)} failed:\n{process.stderr[-2000:]}"
+
+
 @pytest.fixture(scope="session")
 def bubblewrap() -> None:
-    """bubblewrap, the code judge's sandbox, on this machine: installed with apt-get on first use when missing (as
-    root, as the SLURM test installs slurm; one worker at a time), else the test is skipped. Installed but unable to
-    start a sandbox is a failure. The lock is the one tests/external/slurm/setup-slurm.sh takes around its apt-get."""
+    """bubblewrap, the code judge's sandbox (``apt_installed``). Installed but unable to start a sandbox is a
+    failure."""
     from snakeskills.judging.sandbox import sandbox_problem
 
-    if shutil.which("bwrap") is None:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            pytest.skip("the code judge's sandbox needs bubblewrap: apt-get install bubblewrap (as root)")
-        with open("/tmp/snakeskills-apt.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if shutil.which("bwrap") is None:
-                for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "bubblewrap"]):
-                    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-                    process = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
-                    assert process.returncode == 0, f"{' '.join(command)} failed:\n{process.stderr[-2000:]}"
+    apt_installed("bwrap", "bubblewrap", "the code judge's sandbox needs bubblewrap")
     sandbox_problem.cache_clear()
     problem = sandbox_problem("bwrap")
     assert problem is None, problem
+
+
+@pytest.fixture(scope="session")
+def graphviz() -> None:
+    """Graphviz's ``dot``, which draws the README's rule graph (``apt_installed``)."""
+    apt_installed("dot", "graphviz", "the README's rule graph is drawn by Graphviz's dot")
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,13 @@
 """profiles/slurm, for real: the pipeline through sbatch on a single-node SLURM cluster, and its GPU requests.
 
-The end-to-end test brings up the cluster itself (tests/external/slurm/setup-slurm.sh: apt-get installs
-munge, slurmctld, slurmd, slurmdbd and MariaDB, as root, ~20 s the first time), layers
-tests/external/slurm/profile.yaml over profiles/slurm (a CPU-only node with two pretend GPUs, 2 CPUs, short
-status checks), runs a small default config through `snakemake --profile`, and checks with the job
-logs and `sacct` that every non-local job ran as a SLURM job, with a GPU where the profile asks for one.
-Run it alone with `python3 -m pytest tests/external/test_slurm.py` (it is marked slow).
+The README's plan and the end-to-end run start at the root of a fresh clone (tests/fresh_clone.py), where
+`--profile slurm` names the project's profile (the link `slurm` -> `profiles/slurm`; docs/cluster.md); the Qwen
+example's plan names it by its path, `profiles/slurm`. The end-to-end test brings up the
+cluster itself (tests/external/slurm/setup-slurm.sh: apt-get installs munge, slurmctld, slurmd, slurmdbd and
+MariaDB, as root, ~20 s the first time), gives tests/external/slurm/profile.yaml after profiles/slurm as a site
+gives its own (a CPU-only node with two pretend GPUs, 2 CPUs, short status checks), runs a small default config
+through it, and checks with the job logs and `sacct` that every non-local job ran as a SLURM job, with a GPU where
+the profile asks for one. Run it alone with `python3 -m pytest tests/external/test_slurm.py` (it is marked slow).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import QWEN25_15B, REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
+from fresh_clone import fresh_clone, run_command
 
 from snakeskills.job import snakemake_command
 
 SETUP = REPO / "tests/external/slurm/setup-slurm.sh"
-PROFILE = REPO / "profiles/slurm/config.yaml"
-TEST_PROFILE = REPO / "tests/external/slurm/profile.yaml"
+# the test cluster's settings, a profile of their own given after profiles/slurm as a site gives its own
+TEST_CLUSTER_PROFILE = "tests/external/slurm"
 EXAMPLE = REPO / "config/examples/qwen2.5-1.5b-instruct-gsm8k-math500.yaml"
+# the README's plan on SLURM, typed at the project's root
+PLAN_ON_SLURM = "python3 -m snakemake --profile slurm -n"
 RESULTS = "results/tiny-arithmetic"
 
 # rules whose jobs go to SLURM, and the ones the Snakefile's `localrules:` keeps in the main process
@@ -37,25 +42,6 @@ LOCAL = {"merge_judged", "eval", "report", "settings"}  # report: the plots; set
 GPU_RULES = {"generate", "sft"}
 # the environment a user's login shell may carry that would point sbatch elsewhere
 SLURM_VARIABLES = ("SBATCH_PARTITION", "SBATCH_ACCOUNT", "SLURM_JOB_ID", "SLURM_CONF")
-
-
-def merge(base: dict, overrides: dict) -> dict:
-    """``base`` with ``overrides`` applied key by key, mappings merged recursively."""
-    merged = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def layered_profile(folder: Path) -> Path:
-    """profiles/slurm with tests/external/slurm/profile.yaml merged in, written as ``folder``/config.yaml."""
-    profile = merge(yaml.safe_load(PROFILE.read_text()), yaml.safe_load(TEST_PROFILE.read_text()))
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    return folder
 
 
 def small_config(path: Path) -> Path:
@@ -68,6 +54,18 @@ def small_config(path: Path) -> Path:
 
 def clean_environment() -> dict:
     return {key: value for key, value in os.environ.items() if key not in SLURM_VARIABLES}
+
+
+def login_node(tmp_path: Path) -> dict:
+    """The environment of a SLURM login node without GPUs: ``sbatch`` on PATH (a stand-in: a plan never calls it),
+    so the plan asks GPUs for the model jobs as on a real login node, and no SLURM variables of this shell."""
+    folder = tmp_path / "login-node-bin"
+    folder.mkdir(exist_ok=True)
+    (folder / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (folder / "sbatch").chmod(0o755)
+    environment = clean_environment()
+    environment["PATH"] = f"{folder}{os.pathsep}{environment['PATH']}"
+    return environment
 
 
 @pytest.fixture(scope="session")
@@ -104,17 +102,18 @@ def sacct(job_ids: set[str]) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_pipeline_runs_as_slurm_jobs(slurm_cluster, tmp_path):
+    clone = fresh_clone(tmp_path / "clone")
     workdir = tmp_path / "run"
     workdir.mkdir()
-    profile = layered_profile(tmp_path / "profile")
     configfile = small_config(tmp_path / "config.yaml")
-    command = snakemake_command(REPO / "Snakefile", workdir, configfile, "--profile", str(profile))
+    profiles = ("--profile", "slurm", "--profile", TEST_CLUSTER_PROFILE)
+    command = snakemake_command(clone / "Snakefile", workdir, configfile, *profiles)
     # Snakemake can hang on a stuck status check; SIGINT (then SIGKILL 60 s later) cancels it and its jobs
     process = subprocess.run(
         ["timeout", "-s", "INT", "-k", "60", "900", *command],
         capture_output=True,
         text=True,
-        cwd=workdir,
+        cwd=clone,
         env=clean_environment(),
     )
     output = process.stdout + process.stderr
@@ -148,48 +147,102 @@ def test_pipeline_runs_as_slurm_jobs(slurm_cluster, tmp_path):
 
 
 def resources_by_rule(output: str) -> dict[str, set[str]]:
-    """{rule: the distinct `resources:` lines of its jobs} from a dry run's job listing."""
+    """{rule: the distinct requests of its jobs} from a dry run's job listing, each its threads and the values of its
+    `resources:` line (`threads=8, tmpdir=/tmp, ..., mem_mb=8000, ...`)."""
     resources: dict[str, set[str]] = defaultdict(set)
-    rule = None
+    rule = threads = None
     for line in output.splitlines():
         line = line.strip()
         if match := re.match(r"^(?:local)?rule (\w+):$", line):
-            rule = match.group(1)
+            rule, threads = match.group(1), None
+        elif line.startswith("threads:"):
+            threads = line.removeprefix("threads:").strip()
         elif line.startswith("resources:") and rule:
-            resources[rule].add(line)
+            resources[rule].add(f"threads={threads}, {line.removeprefix('resources:').strip()}")
     return resources
 
 
-def has_resources(line: str, **values: int) -> bool:
+def has_resources(line: str, **values: int | str) -> bool:
     return all(re.search(rf"\b{name}={value}(,|$)", line) for name, value in values.items())
 
 
-def test_the_demo_asks_the_cluster_for_what_a_tiny_model_needs(tmp_path):
-    """The embedded default's 340k-parameter model: a few GB and under an hour per model job, not 64 GB and 8 h."""
-    command = snakemake_command(REPO / "Snakefile", tmp_path, None, "--profile", "profiles/slurm", "-n")
-    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=clean_environment(), timeout=300)
+def test_the_profile_is_found_by_its_name_at_the_projects_root(tmp_path, monkeypatch):
+    """Snakemake looks a profile's name up in the current folder first, then in the user's and the system's profile
+    folders: at the project's root `slurm` and `profiles/slurm` are the same profile, and a user's own profile named
+    `slurm` is found by that name everywhere else."""
+    from snakemake.cli import get_profile_dir
+
+    clone = fresh_clone(tmp_path / "clone")
+    own = tmp_path / "config-home/snakemake/slurm"
+    own.mkdir(parents=True)
+    (own / "config.yaml").write_text("executor: slurm\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
+    monkeypatch.chdir(clone)
+    by_name, by_path = get_profile_dir("slurm"), get_profile_dir("profiles/slurm")
+    assert by_name and by_path, "neither a name nor a path finds the profile"
+    assert by_name[1].resolve() == by_path[1].resolve() == (clone / "profiles/slurm/config.yaml").resolve()
+    monkeypatch.chdir(tmp_path)
+    assert get_profile_dir("slurm")[1].resolve() == (own / "config.yaml").resolve()
+
+
+def test_the_readme_plans_the_demo_on_slurm_from_a_fresh_clone(tmp_path):
+    """The README's `python3 -m snakemake --profile slurm -n`, typed at a fresh clone's root on a login node. The
+    embedded default's 340k-parameter model asks a few GB and under an hour per model job (not 64 GB and 8 h), one
+    GPU and 8 CPUs with it; the CPU jobs ask no GPU, and the profile's threads as --cpus-per-task."""
+    from snakemake.utils import available_cpu_count
+
+    clone = fresh_clone(tmp_path / "clone")
+    process = run_command(clone, PLAN_ON_SLURM, env=login_node(tmp_path))
     output = process.stdout + process.stderr
     assert process.returncode == 0, output[-5000:]
     resources = resources_by_rule(output)
-    assert resources["generate"] and resources["sft"], output[-3000:]
-    assert all(has_resources(line, mem_mb=4000, runtime=21) for line in resources["generate"]), resources
-    assert all(has_resources(line, mem_mb=5000, runtime=31) for line in resources["sft"]), resources
+    for rule, mem_mb, runtime in (("generate", 4000, 21), ("sft", 5000, 31)):
+        assert resources[rule], f"no {rule} jobs listed: {output[-3000:]}"
+        for line in resources[rule]:
+            assert has_resources(line, gpu=1, cpus_per_gpu=8, mem_mb=mem_mb, runtime=runtime), (rule, line)
+    # the profile's set-threads, capped at this machine's cores by profiles/default's `cores: all`
+    cores = available_cpu_count()
+    for rule, threads, mem_mb, runtime in (
+        ("prepare_data", 2, 16000, 60),
+        ("judge", 8, 8000, 15),
+        ("summarize", 2, 4000, 30),
+        ("sft_data", 2, 4000, 30),
+    ):
+        assert resources[rule], f"no {rule} jobs listed"
+        for line in resources[rule]:
+            assert has_resources(line, threads=min(threads, cores), mem_mb=mem_mb, runtime=runtime), (rule, line)
+            assert "gpu" not in line, (rule, line)
+
+
+def test_a_sites_profile_after_it_replaces_only_its_own_keys(tmp_path):
+    """`--profile slurm --profile my-site`: the site's keys replace the project's whole (here default-resources: a
+    partition, an account, a smaller default memory), and every other key stays the project's (the judge's memory and
+    runtime, the model jobs' GPUs)."""
+    clone = fresh_clone(tmp_path / "clone")
+    site = tmp_path / "my-site"
+    site.mkdir()
+    site_resources = {"slurm_partition": "gpu", "slurm_account": "myproject", "mem_mb": 2000, "runtime": 30}
+    (site / "config.yaml").write_text(yaml.safe_dump({"default-resources": site_resources}))
+    process = run_command(clone, f"python3 -m snakemake --profile slurm --profile {site} -n", env=login_node(tmp_path))
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    for rule in ("prepare_data", "generate", "judge", "sft", "merge_judged"):
+        assert resources[rule], f"no {rule} jobs listed"
+        for line in resources[rule]:
+            assert has_resources(line, slurm_partition="gpu", slurm_account="myproject"), (rule, line)
+    assert all(has_resources(line, mem_mb=2000, runtime=30) for line in resources["merge_judged"]), resources
     assert all(has_resources(line, mem_mb=8000, runtime=15) for line in resources["judge"]), resources
+    assert all(has_resources(line, gpu=1, cpus_per_gpu=8) for line in resources["generate"]), resources
 
 
 def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
     folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
     # the checkpoint's real sizes: memory and runtime follow them
     (tmp_path / "models/Qwen2.5-1.5B-Instruct/config.json").write_text(json.dumps(QWEN25_15B))
+    # the profile by its path, which keeps working beside its name
     command = snakemake_command(REPO / "Snakefile", tmp_path, EXAMPLE, "--profile", "profiles/slurm", "-n")
-    # planned as on a SLURM login node without GPUs: `sbatch` on PATH (a stand-in here: the plan never calls it)
-    login_node = tmp_path / "login-node-bin"
-    login_node.mkdir()
-    (login_node / "sbatch").write_text("#!/bin/sh\nexit 1\n")
-    (login_node / "sbatch").chmod(0o755)
-    environment = clean_environment()
-    environment["PATH"] = f"{login_node}:{environment['PATH']}"
-    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment, timeout=300)
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=login_node(tmp_path), timeout=300)
     output = process.stdout + process.stderr
     assert process.returncode == 0, output[-5000:]
     counts = job_counts(output)

@@ -1,6 +1,7 @@
 """The docs' config keys exist: every dotted key the README and docs/ name in backticks (`sft.training.batch_size`)
 and every key of their YAML config blocks resolve in config/schema.yaml, the configuration reference is what the
-schema says, and every link between the pages leads to a file and heading that exist, so the docs cannot drift."""
+schema says, every link between the pages leads to a file and heading that exist, and the README's commands for
+SLURM, the rule graph and a rerun are the ones tests run, so the docs cannot drift."""
 
 from __future__ import annotations
 
@@ -133,3 +134,20 @@ def test_links_between_pages_lead_to_files_and_headings_that_exist():
                 if fragment not in {anchor(heading) for heading in headings}:
                     broken.append(f"{page}: {target} (no such heading)")
     assert not broken, broken
+
+
+# README commands and the test file that runs each as written, at a fresh clone's root (a rerun as its dry run)
+TESTED_COMMANDS = {
+    "python3 -m snakemake -n": "tests/workflow/test_workflow_dag.py",
+    "python3 -m snakemake --profile slurm -n": "tests/external/test_slurm.py",
+    "python3 -m snakemake --rulegraph | dot -Tsvg > dag.svg": "tests/workflow/test_workflow_dag.py",
+    "python3 -m snakemake -c all -R judge": "tests/workflow/test_workflow_dag.py",
+}
+
+
+def test_the_readmes_commands_are_the_ones_tests_run():
+    blocks = re.findall(r"```bash\n(.*?)```", PAGES[Path("README.md")], flags=re.DOTALL)
+    commands = {line.split("  #")[0].strip() for block in blocks for line in block.splitlines()}
+    for command, test_file in TESTED_COMMANDS.items():
+        assert command in commands, f"the README no longer shows {command!r}"
+        assert f'"{command}"' in (REPO / test_file).read_text(), f"{test_file} no longer runs {command!r}"
