@@ -416,9 +416,9 @@ def test_the_plan_stops_before_any_job_without_bubblewrap(monkeypatch):
         sandbox.sandbox_problem.cache_clear()
 
 
-def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
-    """A new user's venv in /tmp (the sandbox's /tmp is private): its folder stays visible, read-only."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")])
+def judged_in_the_sandbox_by(python: Path) -> subprocess.CompletedProcess:
+    """A program that checks it runs in a venv, judged in the sandbox by a judge that ``python`` (a venv's) runs;
+    it prints the verdict."""
     script = (
         "from snakeskills.judging.sandbox import sandbox_problem\n"
         "from snakeskills.judging.code_execution import ProgramCheck, run_check\n"
@@ -426,7 +426,13 @@ def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
         "check = ProgramCheck('import sys\\nassert sys.prefix.endswith(\"venv\"), sys.prefix\\n')\n"
         "print(run_check(check, timeout_seconds=10, memory_limit_mb=1024).status)\n"
     )
-    process = subprocess.run([str(tmp_path / "venv/bin/python"), "-c", script], capture_output=True, text=True)
+    return subprocess.run([str(python), "-c", script], capture_output=True, text=True)
+
+
+def test_a_judge_in_a_venv_under_tmp_runs_programs_in_the_sandbox(tmp_path):
+    """A new user's venv in /tmp (the sandbox's /tmp is private): its folder stays visible, read-only."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")])
+    process = judged_in_the_sandbox_by(tmp_path / "venv/bin/python")
     assert process.stdout.strip() == "passed", process.stderr[-2000:]
 
 
@@ -437,15 +443,7 @@ def test_a_judge_whose_python_is_reached_through_a_link_runs_programs_in_the_san
     real.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(real / "venv")])
     (tmp_path / "project").symlink_to(real)
-    script = (
-        "from snakeskills.judging.sandbox import sandbox_problem\n"
-        "from snakeskills.judging.code_execution import ProgramCheck, run_check\n"
-        "assert sandbox_problem('bwrap') is None, sandbox_problem('bwrap')\n"
-        "check = ProgramCheck('import sys\\nassert sys.prefix.endswith(\"venv\"), sys.prefix\\n')\n"
-        "print(run_check(check, timeout_seconds=10, memory_limit_mb=1024).status)\n"
-    )
-    linked_python = tmp_path / "project" / "venv" / "bin" / "python"
-    process = subprocess.run([str(linked_python), "-c", script], capture_output=True, text=True)
+    process = judged_in_the_sandbox_by(tmp_path / "project" / "venv" / "bin" / "python")
     assert process.stdout.strip() == "passed", process.stderr[-2000:]
 
 
