@@ -30,28 +30,33 @@ def check_model_paths(config: dict) -> None:
         if served is not None and backend_spec(served["generation"]).needs_local_model:
             paths[f"{key}.model.path"] = served["model"]["path"]
     for key, path in paths.items():
-        if not path or not Path(path).is_dir():
-            raise SnakeskillsError(
-                f"config key {key}: {path!r} is not a folder; give a local Hugging Face checkpoint folder "
-                "(download it first, e.g. `hf download <repo> --local-dir <folder>`)"
-            )
-        problem = checkpoint_folder_problem(Path(path))
-        if problem:
-            raise SnakeskillsError(f"config key {key}: {path!r} {problem}")
+        check_folder(
+            key,
+            path,
+            checkpoint_folder_problem,
+            "give a local Hugging Face checkpoint folder (download it first, e.g. `hf download <repo> --local-dir "
+            "<folder>`)",
+        )
     for key, generation in generation_sections(config).items():
         path = generation["openai"]["tokenizer_path"] if generation["backend"] == "openai" else None
-        if path is None:
-            continue
-        key = f"{key}.openai.tokenizer_path"
-        if not Path(path).is_dir():
-            raise SnakeskillsError(
-                f"config key {key}: {path!r} is not a folder; give a local tokenizer folder (a checkpoint folder, or "
-                "AutoTokenizer.from_pretrained(<model>).save_pretrained(folder))"
+        if path is not None:
+            check_folder(
+                f"{key}.openai.tokenizer_path",
+                path,
+                tokenizer_problem,
+                "give a local tokenizer folder (a checkpoint folder, or "
+                "AutoTokenizer.from_pretrained(<model>).save_pretrained(folder))",
             )
-        problem = tokenizer_problem(Path(path))
-        if problem:
-            raise SnakeskillsError(f"config key {key}: {path!r} {problem}")
     check_dataset_files(config["benchmarks"], required_splits(config))
+
+
+def check_folder(key: str, path: str | None, problem_of, what_to_give: str) -> None:
+    """``path`` (config key ``key``) must be a folder that ``problem_of`` finds nothing wrong with."""
+    if not path or not Path(path).is_dir():
+        raise SnakeskillsError(f"config key {key}: {path!r} is not a folder; {what_to_give}")
+    problem = problem_of(Path(path))
+    if problem:
+        raise SnakeskillsError(f"config key {key}: {path!r} {problem}")
 
 
 # the files a tokenizer loads from: a fast tokenizer's tokenizer.json, a SentencePiece model, or a slow BPE or
