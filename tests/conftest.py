@@ -255,6 +255,25 @@ def teacher_section(
     }
 
 
+def nonzero_lora(tiny_checkpoint, seed: int):
+    """A LoRA (r 4, every linear layer) on the tiny checkpoint with random non-zero weights drawn with ``seed``: its
+    outputs differ from the base model's (a trained adapter's stand-in)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_checkpoint),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    return model
+
+
 def shrunk_default_config(split_sizes: dict[str, int]) -> dict:
     """The embedded default, shrunk for an end-to-end test: these split sizes, 2 seeds of 1 chunk each."""
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, dry_run_counts, hf_backend, resolved_prompt
+from conftest import DEFAULT_CONFIG, dry_run_counts, hf_backend, nonzero_lora, resolved_prompt
 
 from snakeskills.backends import SamplingParams, build_request
 
@@ -14,19 +14,9 @@ PROMPT = resolved_prompt(user="{problem}=")
 @pytest.fixture()
 def adapter(tiny_checkpoint, tmp_path):
     """A LoRA adapter on the tiny checkpoint with non-zero weights (so merging changes the model)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(0)
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(tiny_checkpoint),
-        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
-    )
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.5)
+    model = nonzero_lora(tiny_checkpoint, seed=0)
     folder = tmp_path / "adapter"
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(folder)

@@ -8,7 +8,7 @@ import stat
 import time
 
 import pytest
-from conftest import hf_backend
+from conftest import hf_backend, nonzero_lora
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.model_server import (
@@ -265,21 +265,9 @@ def test_one_relative_model_path_in_two_working_directories_names_two_servers(tm
 def train_adapter(tiny_checkpoint, folder, seed: int) -> None:
     """A round's LoRA adapter on the tiny checkpoint, random and non-zero (``seed``), published at ``folder`` as a
     trained round is (written beside it, then renamed into place): a retraining keeps the path and the file sizes."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
     from snakeskills.io import atomic_directory
 
-    torch.manual_seed(seed)
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(tiny_checkpoint),
-        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
-    )
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.5)
+    model = nonzero_lora(tiny_checkpoint, seed)
     with atomic_directory(folder) as staging:
         model.save_pretrained(staging)
 
