@@ -49,7 +49,7 @@ def demo_run(seed: int, kernels: str, cores: str) -> dict:
         summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
         bootstrap = json.loads((workdir / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     base = summary["base"]["arithmetic"][MODE]["symbolic_correct"]
-    tuned = summary["round1"]["arithmetic"][MODE]["symbolic_correct"]
+    tuned = summary["sft-round1"]["arithmetic"][MODE]["symbolic_correct"]
     return {
         "seed": seed,
         "kernels": kernels,

@@ -75,7 +75,7 @@ def measure(config: dict, cores: str, shared: bool) -> dict:
         "model_loads": loads,
         "run_seconds": round(seconds, 1),
         "generate_phase_seconds": round(generate_span_seconds(logs), 1),
-        "round1_pass_at_1": summary["round1"]["arithmetic"][mode]["symbolic_correct"],
+        "round1_pass_at_1": summary["sft-round1"]["arithmetic"][mode]["symbolic_correct"],
     }
 
 

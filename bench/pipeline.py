@@ -46,7 +46,7 @@ def main() -> None:
         summary = json.loads((workdir / "results/tiny-arithmetic/eval/summary.json").read_text())
     mode = "pass@1[avg-of-4]"
     base = summary["base"]["arithmetic"][mode]["symbolic_correct"]
-    tuned = summary["round1"]["arithmetic"][mode]["symbolic_correct"]
+    tuned = summary["sft-round1"]["arithmetic"][mode]["symbolic_correct"]
     figures = {
         "machine": f"{platform.processor() or platform.machine()}, {arguments.cores} cores",
         "full_run_seconds": round(full_run, 1),

@@ -3,7 +3,7 @@
 Usage: python3 bench/planning.py [--repeats 3] [--output bench/results/planning.json]
 
 The scale config is the embedded default with 3 benchmarks, 16 seeds and 100 chunks, and 2 models
-(base and round1): 10,000 generate and 10,000 judge jobs, ~20,100 jobs in all. The floor is a bare
+(base and sft-round1): 10,000 generate and 10,000 judge jobs, ~20,100 jobs in all. The floor is a bare
 Snakefile with the same job count: shell rules over 2 wildcards (generate, judge, merge, padding),
 no logs, no conda, no config. Both are timed side by side in one run (interleaved, median of
 --repeats) in two states:

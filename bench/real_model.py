@@ -82,11 +82,11 @@ def main() -> None:
         summary = json.loads((results / "eval/summary.json").read_text())
         (log,) = (workdir / ".snakemake/log").glob("*.snakemake.log")
         stages = stage_times(log)
-        reasons = {name: finish_reasons(results, name, 2) for name in (BASE, "round1")}
-        kept = json.loads((results / "sft/round1/stats.json").read_text())["kept"]
+        reasons = {name: finish_reasons(results, name, 2) for name in (BASE, "sft-round1")}
+        kept = json.loads((results / "sft/sft-round1/stats.json").read_text())["kept"]
     mode = "pass@1[avg-of-2]"
     base = summary[BASE]["arithmetic"][mode]["symbolic_correct"]
-    tuned = summary["round1"]["arithmetic"][mode]["symbolic_correct"]
+    tuned = summary["sft-round1"]["arithmetic"][mode]["symbolic_correct"]
     figures = {
         "machine": f"{platform.processor() or platform.machine()}, {arguments.cores} cores",
         "wall_seconds": round(seconds, 1),

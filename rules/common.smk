@@ -8,7 +8,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from snakeskills.data.specs import local_source_files, preparing_spec
-from snakeskills.backends.gpus import planning_for_gpu_nodes
+from snakeskills.backends.gpus import cluster_run, planning_for_gpu_nodes, started_executor
 from snakeskills.plan.checks import check_code_sandbox, check_config, check_devices
 from snakeskills.plan.config import prepare_config
 from snakeskills.plan.folders import check_model_paths, check_results_dir
@@ -28,7 +28,8 @@ min_version("9.0")
 # benchmark presets merged with the keys given next to them, then the schema checks the full config and fills
 # its defaults; then the cross-key, model folder and results folder checks
 prepare_config(config, verbose=workflow.output_settings.verbose)
-GPU_NODES = planning_for_gpu_nodes()
+EXECUTOR = started_executor()  # --executor, or the profile's (profiles/slurm: slurm); a dry run's too
+GPU_NODES = planning_for_gpu_nodes(EXECUTOR)
 check_config(config, gpus_available=GPU_NODES)
 check_code_sandbox(config)
 check_model_paths(config)
@@ -38,13 +39,18 @@ LAYOUT = Layout.under(RESULTS)
 LOGS = Path(LAYOUT.logs)
 PLAN = Plan(config, LAYOUT)
 SYNTHESIS = PLAN.synthesis  # None without synthesis (rules/synthesis.smk is then not included)
+LEGACY_NAMES = PLAN.legacy_sft_rounds_note()
+if LEGACY_NAMES:
+    print(LEGACY_NAMES, file=sys.stderr)
 
 
 def gpus_available():
-    """Whether jobs run where there are GPUs: this node's, or a cluster's (a SLURM submit host, or any
-    non-local executor, which Snakemake names only once jobs are built). Where they do not, a config key that
-    names a GPU device stops the plan (check_devices)."""
-    available = GPU_NODES or workflow.non_local_exec
+    """Whether jobs run where there are GPUs: a cluster's nodes, where Snakemake was started with a cluster's executor
+    (`--profile slurm`), a dry run included, wherever the plan is made; else this node's, or a SLURM submit host's
+    (planning_for_gpu_nodes). A workflow run through Snakemake's API names its executor only once jobs are built,
+    hence asked again here. Where jobs have no GPU, a config key that names a GPU device stops the plan
+    (check_devices)."""
+    available = GPU_NODES or workflow.non_local_exec or cluster_run(EXECUTOR or started_executor())
     if not available:
         check_devices(config)
     return available

@@ -23,8 +23,9 @@ rule eval:
         rounds=PLAN.method_models("sft"),
         tuned_models={model: PLAN.tuned_parts(model) for model in PLAN.tuned_models},
         method_pairs=PLAN.method_comparisons(),
-        training=config["sft"].get("training"),
+        sections={method: config[method] for method in config["methods"]},
         warnings=config["warnings"],
+        benchmark_judges={name: spec["judge"] for name, spec in config["benchmarks"].items()},
     log:
         LOGS / "eval/summary.log",
     conda:

@@ -5,7 +5,7 @@ rule build_tiny_model:
     output:
         checkpoint=directory(LAYOUT.checkpoint),
     params:
-        tiny_model=config["tiny_model"],
+        tiny_model=PLAN.tiny_model_settings(),
         prompt=resolve_prompt(PLAN.tiny_model_prompt()),
     log:
         LOGS / "build_tiny_model/{model}.log",

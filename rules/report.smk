@@ -1,4 +1,4 @@
-# Plots for `snakemake --report report.html`; captions in report/*.rst say what each one shows.
+# Plots and samples for `snakemake --report report.html`; captions in report/*.rst say what each one shows.
 
 
 rule plot_pass_at_1:
@@ -114,3 +114,26 @@ rule plot_training_curves:
         "../envs/report.yaml"
     script:
         "../scripts/plot_training_curves.py"
+
+
+rule report_samples:
+    input:
+        PLAN.eval_judged_files(),
+    output:
+        samples=report(
+            LAYOUT.samples,
+            caption="../report/samples.rst",
+            category="Generations",
+            labels={"table": "samples, correct and incorrect"},
+        ),
+    params:
+        runs=PLAN.eval_judged_runs(),
+        split=config["eval_split"],
+        per_verdict=2,
+        seed=0,
+    log:
+        LOGS / "report/samples.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/report_samples.py"

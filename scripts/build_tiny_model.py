@@ -1,5 +1,6 @@
 from snakeskills.io import read_jsonl
 from snakeskills.job import script_logging
+from snakeskills.plan.training import with_save_timer
 from snakeskills.training.tiny_model import build_and_bootstrap
 
 with script_logging(snakemake.log[0]) as logger:
@@ -11,7 +12,7 @@ with script_logging(snakemake.log[0]) as logger:
         completion_template=tiny["completion"],
         output_dir=snakemake.output.checkpoint,
         architecture=tiny["architecture"],
-        training=tiny["training"],
+        training=with_save_timer(tiny["training"], snakemake.config["tiny_model"]),
         stop_at_accuracy=tiny["stop_at_accuracy"],
         check_every_steps=tiny["check_every_steps"],
         seed=tiny["seed"],

@@ -1,6 +1,7 @@
 from snakeskills.job import script_logging
 from snakeskills.results.comparison import write_comparison
 from snakeskills.results.method_comparison import training_cost
+from snakeskills.results.run_warnings import CREDITED
 
 with script_logging(snakemake.log[0]) as logger:
     tuned = snakemake.params.tuned_models  # {model: (method, round)}
@@ -17,7 +18,7 @@ with script_logging(snakemake.log[0]) as logger:
         funnel_paths=list(snakemake.input.funnel),
         built_models=list(snakemake.input.built_models),
         sft_stats=dict(zip(snakemake.params.rounds, snakemake.input.sft_stats, strict=True)),
-        training=snakemake.params.training,
+        sections=snakemake.params.sections,
         thresholds=snakemake.params.warnings,
         base_model=snakemake.params.base_model,
         teacher=snakemake.params.teacher,
@@ -26,5 +27,12 @@ with script_logging(snakemake.log[0]) as logger:
         flips_path=snakemake.output.flips,
         method_pairs=snakemake.params.method_pairs,
         training_costs=costs,
+        # the credited examples of the rounds whose data keeps them (SFT examples, DPO's chosen, KTO's desirable)
+        training_data={
+            model: (method, stats)
+            for (model, (method, _)), stats in zip(tuned.items(), snakemake.input.training_data, strict=True)
+            if method in CREDITED
+        },
+        benchmark_judges=snakemake.params.benchmark_judges,
     )
     logger.info("\n%s", table)

@@ -1,4 +1,5 @@
 from snakeskills.job import script_logging
+from snakeskills.results.run_warnings import training_data_fallback_warnings
 from snakeskills.training.preference_pairs import write_pairwise_exports, write_preference_pairs
 
 with script_logging(snakemake.log[0]) as logger:
@@ -18,3 +19,6 @@ with script_logging(snakemake.log[0]) as logger:
         dataset_name=snakemake.params.dataset_name,
     )
     logger.info("%d DPO pairs from %d problems", counts["pairs"], counts["problems_paired"])
+    # the threshold is read from the config, not params: changing it does not remake the pairs
+    for line in training_data_fallback_warnings(snakemake.wildcards.model, "dpo", counts, snakemake.config["warnings"]):
+        logger.warning(line)

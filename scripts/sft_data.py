@@ -1,5 +1,5 @@
 from snakeskills.job import script_logging
-from snakeskills.results.run_warnings import sft_warnings
+from snakeskills.results.run_warnings import sft_warnings, training_data_fallback_warnings
 from snakeskills.training.sft_data import write_sft_dataset, write_sft_exports
 
 with script_logging(snakemake.log[0]) as logger:
@@ -21,4 +21,6 @@ with script_logging(snakemake.log[0]) as logger:
     # the thresholds and training settings are read from the config, not params: changing one reruns eval only
     training, thresholds = snakemake.config["sft"]["training"], snakemake.config["warnings"]
     for line in sft_warnings(snakemake.wildcards.model, counts, training, thresholds):
+        logger.warning(line)
+    for line in training_data_fallback_warnings(snakemake.wildcards.model, "sft", counts, thresholds):
         logger.warning(line)

@@ -1,5 +1,6 @@
 from snakeskills.backends.gpus import claim_job_gpus
 from snakeskills.job import script_logging
+from snakeskills.plan.training import with_save_timer
 from snakeskills.training.rounds import RoundRun, train_round, trainer_options
 
 with script_logging(snakemake.log[0]) as logger:
@@ -12,7 +13,7 @@ with script_logging(snakemake.log[0]) as logger:
         data_path=snakemake.input.data,
         output_dir=snakemake.output.tuned,
         lora=settings.get("lora"),  # the plan gives LoRA settings to <method>.method lora only
-        training=settings["training"],
+        training=with_save_timer(settings["training"], snakemake.config[method]),
         init_path=snakemake.input.init[0] if snakemake.input.init else None,
         chat_template=snakemake.params.chat_template,
         chat_template_kwargs=snakemake.params.chat_template_kwargs,

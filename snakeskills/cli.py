@@ -1,5 +1,5 @@
 """Entry points of the per-chunk jobs (generate, judge, llm_judge) and the LLM contamination check of synthesized
-problems, run by ``shell:`` rules.
+problems, run by ``shell:`` rules; and ``samples``, which prints judged samples from a run's results.
 
 These rules make up nearly all of a large run's jobs (10,000 generate and 10,000 judge jobs at
 100 chunks x 16 seeds x 3 benchmarks x 2 models), and Snakemake plans a ``shell:`` job for less than
@@ -15,6 +15,11 @@ JSON argument.
     python3 -m snakeskills.cli llm-judge --settings S --threads T --gpus G --input I --output O --log L
     python3 -m snakeskills.cli llm-contamination-check --settings S --threads T --gpus G --candidates C \
         --eval E [E ...] --output O --checked K --stats J --log L
+
+``samples`` is for people, not rules: a few judged samples of each model and benchmark, chosen by a seed
+(``snakeskills.results.samples``), filtered by model, benchmark, split, verdict and extraction route.
+
+    python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 --verdict incorrect --limit 3
 """
 
 from __future__ import annotations
@@ -162,6 +167,116 @@ def run_llm_contamination_check(arguments: argparse.Namespace) -> None:
         logger.info("contamination check done: %s", counts)
 
 
+def run_samples(arguments: argparse.Namespace) -> None:
+    import sys
+
+    from snakeskills.plan.layout import Layout
+    from snakeskills.results.samples import (
+        choose_samples,
+        experiment_folder,
+        find_judged_files,
+        no_samples_message,
+        render_text,
+        select_files,
+    )
+
+    pattern = Layout().judged
+    try:
+        results = experiment_folder(arguments.results, pattern)
+        files = select_files(
+            find_judged_files(results, pattern),
+            models=arguments.model or (),
+            benchmarks=arguments.benchmark or (),
+            splits=arguments.split or (),
+            where=str(results),
+        )
+        groups = choose_samples(
+            files,
+            per_verdict=arguments.limit,
+            seed=arguments.seed,
+            verdict=arguments.verdict,
+            route=arguments.route,
+            score=arguments.score,
+        )
+    except SnakeskillsError as error:
+        print(f"snakeskills error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    if not any(group.samples for group in groups):
+        print(no_samples_message(groups, verdict=arguments.verdict, route=arguments.route), file=sys.stderr)
+        raise SystemExit(1)
+    text = render_text(groups, max_chars=None if arguments.full else arguments.max_chars, seed=arguments.seed)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def add_samples_command(commands) -> None:
+    from snakeskills.results.samples import CHOICE_SEED, LONG_TEXT, PER_VERDICT, SCORES
+
+    samples = commands.add_parser(
+        "samples",
+        help="print judged samples from a run's results (problem, generation, answer, route, verdict)",
+        description="Print a few judged samples of each model, benchmark and split from a run's results: the "
+        "problem, the generation, the predicted answer, how the judge found it (extraction_route) and the verdict. "
+        "The same seed chooses the same samples; the report (snakemake --report) shows those of seed "
+        f"{CHOICE_SEED} on the eval split.",
+        epilog="example: python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 "
+        "--verdict incorrect --limit 3",
+    )
+    samples.set_defaults(run=run_samples)
+    samples.add_argument(
+        "results",
+        nargs="?",
+        default="results",
+        help="the experiment's results folder, results/<experiment> (default: results, if it holds one experiment)",
+    )
+    samples.add_argument("--model", action="append", help="only this model (repeat for several; default: all)")
+    samples.add_argument("--benchmark", action="append", help="only this benchmark (repeatable; default: all)")
+    samples.add_argument("--split", action="append", help="only this split, e.g. test (repeatable; default: all)")
+    samples.add_argument(
+        "--verdict", choices=("correct", "incorrect", "all"), default="all", help="which samples (default: all)"
+    )
+    samples.add_argument(
+        "--route", help="only samples whose answer was found this way (extraction_route, e.g. boxed; -: not recorded)"
+    )
+    samples.add_argument(
+        "--limit",
+        type=positive_int,
+        default=PER_VERDICT,
+        help=f"samples of each verdict per model, benchmark and split (default: {PER_VERDICT})",
+    )
+    samples.add_argument(
+        "--seed", type=int, default=CHOICE_SEED, help=f"the seed that chooses the samples (default: {CHOICE_SEED})"
+    )
+    samples.add_argument(
+        "--score",
+        choices=SCORES,
+        default=SCORES[0],
+        help="the verdict: symbolic_correct (the rule-based judge, default) or judge_correct (the LLM judge)",
+    )
+    samples.add_argument(
+        "--max-chars",
+        type=positive_int,
+        default=LONG_TEXT,
+        help=f"cut longer texts to their start and end (default: {LONG_TEXT})",
+    )
+    samples.add_argument("--full", action="store_true", help="show every text whole")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m snakeskills.cli", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -206,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--eval", nargs="+", required=True, help="the prepared eval splits (JSONL)")
     check.add_argument("--checked", required=True, help="every candidate with its verdict (JSONL)")
     check.add_argument("--stats", required=True, help="the counts (JSON)")
+
+    add_samples_command(commands)
     return parser
 
 

@@ -52,7 +52,8 @@ def quiet_libraries() -> None:
 @contextlib.contextmanager
 def script_logging(log_path: str) -> Iterator[logging.Logger]:
     """Send stderr and logging to ``log_path``; a ``SnakeskillsError`` ends the job with its message, Ctrl-C with
-    one line (exit status 130), any other exception with its traceback in the log as well as on the console.
+    one line (exit status 130; an interrupted training's line, which says what was kept, on the console too), any
+    other exception with its traceback in the log as well as on the console.
 
     The message goes both to the log and to the console, so a user sees at once which file, line
     or config key is at fault, and the job exits non-zero (Snakemake then removes its outputs). A user's own
@@ -79,9 +80,14 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             logging.getLogger("snakeskills").error("%s%s", error, f"\n{details}" if details else "")
             print(f"snakeskills error: {error} (log: {log_path})", file=console)
             raise SystemExit(1) from None
-        except KeyboardInterrupt:
-            # Ctrl-C reaches every job of the terminal: one line in the log, no traceback on the console
-            logger.warning(INTERRUPTED)
+        except KeyboardInterrupt as interruption:
+            # Ctrl-C reaches every job of the terminal: one line in the log, no traceback on the console; an
+            # interruption with a message (a training's: the step it reached, the checkpoint kept) says it on the
+            # console too
+            message = str(interruption)
+            logger.warning(message or INTERRUPTED)
+            if message:
+                print(f"snakeskills: {message} (log: {log_path})", file=console)
             raise SystemExit(130) from None
         except Exception:
             # a bug: its traceback in the log too (the run's last line sends the user there), and on the console

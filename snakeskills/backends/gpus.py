@@ -14,12 +14,14 @@ for its memory (``free_idle_servers``).
 from __future__ import annotations
 
 import fcntl
+import inspect
 import logging
 import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.runtime_folder import default_directory, private_directory
@@ -56,10 +58,53 @@ def listed_devices(listing: str) -> list[str]:
     return [device for gpu in devices for device in (gpu[1:] or gpu[:1])]
 
 
-def planning_for_gpu_nodes() -> bool:
-    """Whether the jobs planned here will have GPUs, as far as the planner can tell: this node has GPUs, or it is
-    a SLURM submit host (``sbatch`` on PATH), whose compute nodes do (hf ``device: auto`` then asks for one).
-    A run with a non-local executor counts too; rules/common.smk adds that when jobs are built."""
+class Executor(NamedTuple):
+    """An executor of Snakemake's: its name (``--executor``) and whether it runs the jobs on this machine (local,
+    dryrun, touch) or elsewhere (slurm, and slurm-jobstep inside a SLURM job; any cluster's or cloud's)."""
+
+    name: str
+    local: bool
+
+
+# the functions of Snakemake whose local `executor_plugin` is the executor a run was started with
+_EXECUTOR_RECORDS = {("snakemake.cli", "args_to_api"), ("snakemake.api", "execute_workflow")}
+
+
+def started_executor() -> Executor | None:
+    """The executor this Snakemake process was started with (``--executor``, or a profile's ``executor:`` as in
+    profiles/slurm), as Snakemake itself records it; None outside Snakemake.
+
+    ``workflow.executor_plugin`` is no such record: it is set only once the Snakefile has been read, and in a dry
+    run (``-n``) it is Snakemake's ``dryrun`` executor. The executor chosen is the one Snakemake validates the run
+    against, the dry run's included (Snakemake 9.27 and later; before, a dry run replaced it by ``dryrun``): the
+    ``executor_plugin`` of ``snakemake.cli.args_to_api`` (the command line with its profiles, set before the
+    Snakefile is read) and, for a workflow run through the API, of ``snakemake.api.DAGApi.execute_workflow``.
+    Both are on the stack of the thread that reads the Snakefile and builds the jobs; the innermost is read."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if (frame.f_globals.get("__name__"), frame.f_code.co_name) in _EXECUTOR_RECORDS:
+            plugin = frame.f_locals.get("executor_plugin")
+            if plugin is not None:
+                return Executor(plugin.name, plugin.common_settings.local_exec)
+        frame = frame.f_back
+    return None
+
+
+def cluster_run(executor: Executor | None) -> bool:
+    """Whether Snakemake was started to run the jobs elsewhere (``--profile slurm``: its ``executor: slurm``)."""
+    return executor is not None and not executor.local
+
+
+def planning_for_gpu_nodes(executor: Executor | None = None) -> bool:
+    """Whether the jobs planned here will have GPUs, as far as the planner can tell (hf ``device: auto`` then asks
+    for one, and a config key that names a GPU device is accepted).
+
+    ``executor``: the one Snakemake was started with (``started_executor``). With a cluster's executor
+    (``--profile slurm``) the jobs run on the cluster's nodes, which have GPUs: the plan is the cluster's
+    wherever it is made, a dry run on a laptop without ``sbatch`` included. A local run: this node has GPUs,
+    or it is a SLURM submit host (``sbatch`` on PATH), whose compute nodes do."""
+    if cluster_run(executor):
+        return True
     return bool(node_gpus()) or shutil.which("sbatch") is not None
 
 

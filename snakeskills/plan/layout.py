@@ -82,6 +82,8 @@ class Layout:
     summary_table: str = "eval/summary.txt"
     flips: str = "eval/flips.tsv"
     plot: str = "report/{plot}.png"
+    # a few judged eval samples of each model and benchmark, as a page of the report
+    samples: str = "report/samples.html"
     # each job's log: logs/<rule>/<the job's output, wildcards and all>.log
     logs: str = "logs"
 

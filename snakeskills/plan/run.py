@@ -5,15 +5,17 @@ a plan object of its own, ``None`` when the feature is off: ``teacher`` (``Teach
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from snakeskills.backends.specs import backend_spec
 from snakeskills.plan.job_resources import UNKNOWN, sampling_job_resources, training_job_resources, with_overrides
 from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
-from snakeskills.plan.training import TrainingPlan
+from snakeskills.plan.training import TrainingPlan, without_save_timer
 from snakeskills.prompts import resolve_prompt
-from snakeskills.training.methods import TRAINING_METHODS, tuned_model_parts
+from snakeskills.training.methods import LEGACY_SFT_ROUND, TRAINING_METHODS, training_method, tuned_model_parts
 
 
 class Plan:
@@ -67,6 +69,26 @@ class Plan:
         if parts is None:
             raise ValueError(f"{model!r} is not a tuned model's name")
         return parts
+
+    def legacy_sft_rounds_note(self) -> str | None:
+        """A note when the results folder holds SFT rounds under the names they had before they said their method
+        (``models/round1``, now ``models/sft-round1``): those files are no longer read; the run trains and evaluates
+        sft-round<r> anew beside them."""
+        models = Path(self.layout.adapter.format(model="x")).parent.parent
+        legacy = sorted(
+            (int(match.group(1)), match.group(0))
+            for path in models.glob("round*")
+            if path.is_dir() and (match := LEGACY_SFT_ROUND.fullmatch(path.name))
+        )
+        if not legacy:
+            return None
+        sft = training_method("sft")
+        renamed = ", ".join(f"{name} -> {sft.tuned_model_name(number)}" for number, name in legacy)
+        return (
+            f"note: {models} holds SFT rounds under their old names ({renamed}); SFT rounds are now named for their "
+            "method like the others, so those results are not read and this run trains the SFT rounds again under the "
+            "new names (the old folders are left as they are: delete them, or keep them for reference)"
+        )
 
     def method_models(self, method: str) -> list[str]:
         """``method``'s rounds, in order (none when ``methods`` does not list it)."""
@@ -131,6 +153,12 @@ class Plan:
     def base_model_inputs(self) -> list[str]:
         """Files Snakemake must produce before the base model can load (none for a local checkpoint)."""
         return [self.layout.checkpoint.format(model=self.base_model)] if self.config["model"]["build_tiny"] else []
+
+    def tiny_model_settings(self) -> dict:
+        """The tiny_model section as build_tiny_model's params hold it: its training without the save timer
+        (``training.without_save_timer``)."""
+        tiny = self.config["tiny_model"]
+        return {**tiny, "training": without_save_timer(tiny["training"])}
 
     def tiny_model_prompt(self) -> dict:
         """The prompt the tiny model bootstraps with: the student's, with its bootstrap benchmark's question."""
@@ -392,7 +420,7 @@ class Plan:
         return [self.layout.synthesis_funnel_table] if self.synthesis is not None else []
 
     def targets(self) -> list[str]:
-        """What a plain ``snakemake`` builds: the comparison, the train metrics, the plots, the tuned models
+        """What a plain ``snakemake`` builds: the comparison, the train metrics, the plots and samples, the tuned models
         (adapters or checkpoints: a rerun always leaves them in place), merged models (sft.merge) and the synthesis
         funnel."""
         layout = self.layout
@@ -409,6 +437,7 @@ class Plan:
             layout.summary_table,
             *train_metrics,
             *plots,
+            layout.samples,
             *tuned,
             *(self.trainings["sft"].merged(self.method_models("sft")) if "sft" in self.trainings else []),
             *funnel,

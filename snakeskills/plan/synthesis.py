@@ -14,6 +14,12 @@ from snakeskills.plan.sections import MULTICHOICE, benchmark_judge
 from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
+from snakeskills.training.methods import training_method, tuned_model_parts
+
+
+def sft_round(round_number: int) -> str:
+    """The SFT round whose training data synthesis round ``round_number`` adds to (sft-round<r>)."""
+    return training_method("sft").tuned_model_name(round_number)
 
 
 class RunPlan(Protocol):
@@ -119,14 +125,14 @@ class SynthesisPlan:
         writer = self.section["writer"]
         if writer == "own":
             return self.own_writer
-        return self.plan.teacher.name if writer == "teacher" else self.plan.parent_model(f"round{round_number}")
+        return self.plan.teacher.name if writer == "teacher" else self.plan.parent_model(sft_round(round_number))
 
     def solver(self, round_number: int) -> str:
         """Who answers round ``round_number``'s new problems (synthesis.label.solver)."""
         solver = self.section["label"]["solver"]
         if solver == "writer":
             return self.writer(round_number)
-        return self.plan.teacher.name if solver == "teacher" else self.plan.parent_model(f"round{round_number}")
+        return self.plan.teacher.name if solver == "teacher" else self.plan.parent_model(sft_round(round_number))
 
     def own_writer_section(self) -> dict:
         """How an own writer samples when it solves (model, generation, synthesis.label.prompt)."""
@@ -162,14 +168,14 @@ class SynthesisPlan:
         model before each round."""
         if self.section["sources"]["problems"] != "failed":
             return []
-        return [self.plan.parent_model(f"round{round_number}") for round_number in self.rounds]
+        return [self.plan.parent_model(sft_round(round_number)) for round_number in self.rounds]
 
     def feedback_files(self, round_number: int, benchmark: str) -> list[str]:
         """The judged train samples that decide which problems round ``round_number``'s writer starts from: the
         previous model's (none for synthesis.sources.problems all)."""
         if self.section["sources"]["problems"] != "failed":
             return []
-        model, split = self.plan.parent_model(f"round{round_number}"), self.config["train_split"]
+        model, split = self.plan.parent_model(sft_round(round_number)), self.config["train_split"]
         return [
             self.layout.judged.format(model=model, benchmark=benchmark, split=split, seed=seed)
             for seed in self.plan.seeds(model, split)
@@ -188,7 +194,7 @@ class SynthesisPlan:
     def sft_rounds(self, model: str) -> list[int]:
         """The rounds whose synthesized problems feed ``model``'s SFT: its own (sft.rounds_data replace), or every
         round up to it (accumulate)."""
-        round_number = int(model.removeprefix("round"))
+        round_number = tuned_model_parts(model)[1]
         return [round_number] if self.config["sft"]["rounds_data"] == "replace" else list(range(1, round_number + 1))
 
     def sft_judged_files(self, model: str) -> list[tuple[str, str]]:
@@ -208,7 +214,7 @@ class SynthesisPlan:
             "filter": [layout.synthesis_filter_stats.format(round=r, benchmark=b) for r, b in runs],
             "llm_check": [layout.synthesis_llm_check_stats.format(round=r, benchmark=b) for r, b in checked],
             "label": [layout.synthesis_label_stats.format(round=r, benchmark=b) for r, b in runs],
-            "sft": [layout.sft_stats.format(model=f"round{r}") for r in self.rounds],
+            "sft": [layout.sft_stats.format(model=sft_round(r)) for r in self.rounds],
         }
 
     def targets(self) -> list[str]:

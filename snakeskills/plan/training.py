@@ -62,6 +62,7 @@ class TrainingPlan:
         # sft's keys in the order they always had: a params value that reads differently would rerun finished rounds
         keys = ("seed", "training") if self.full else ("seed", "lora", "training")
         settings = {key: self.section[key] for key in keys + self.method.options}
+        settings["training"] = without_save_timer(settings["training"])
         if self.name == "grpo":
             settings["sampling"] = grpo_sampling(self.config)
         return {
@@ -70,6 +71,22 @@ class TrainingPlan:
             "processes": training_processes(self.config, gpus_available),
             "distributed": self.config["sft"]["distributed"],
         }
+
+
+# the training keys that change no weights and are left out of a rule's params, so that changing one (or a new
+# default of one) reruns no finished round; the job reads them from the config (``with_save_timer``)
+SAVE_TIMER = "checkpoint_minutes"
+
+
+def without_save_timer(training: dict) -> dict:
+    """A training section as a rule's params hold it: without ``checkpoint_minutes``."""
+    return {key: value for key, value in training.items() if key != SAVE_TIMER}
+
+
+def with_save_timer(training: dict, section: dict) -> dict:
+    """The training settings a job trains with: its params' ``training`` and ``checkpoint_minutes`` from the
+    config's ``section`` (its own ``training``)."""
+    return {**training, SAVE_TIMER: section["training"][SAVE_TIMER]}
 
 
 def check_methods(config: dict, processes: int) -> None:

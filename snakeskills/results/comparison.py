@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.judging.extraction_routes import ROUTES_METRIC
 from snakeskills.io import read_json, write_json, write_text
 from snakeskills.results.method_comparison import PAIRED_GAIN_OVER, TRAINING_COST, compare_methods, format_costs
 from snakeskills.results.metrics import (
@@ -20,7 +21,15 @@ from snakeskills.results.named_metrics import is_named_metric, metric_lines
 from snakeskills.results.paired_bootstrap import FLIPS_HEADER, PAIRED_GAIN
 from snakeskills.results.paired_bootstrap import compare as compare_paired
 from snakeskills.results.paired_bootstrap import describe as describe_paired
-from snakeskills.results.run_warnings import format_warnings, metrics_warnings, sft_warnings, training_warnings
+from snakeskills.results.run_warnings import (
+    format_warnings,
+    metrics_fallback_warnings,
+    metrics_warnings,
+    sft_warnings,
+    training_data_fallback_warnings,
+    training_warnings,
+)
+
 
 def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
     """Rows of (model, benchmark, headline modes...) for a ``{model: {benchmark: metrics}}`` summary."""
@@ -105,22 +114,23 @@ def write_comparison(
     table_path,
     flips_path,
     sft_stats=None,
-    training=None,
+    sections=None,
     thresholds=None,
     method_pairs=(),
     training_costs=None,
+    training_data=None,
+    benchmark_judges=None,
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
     tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
     problem's flip in ``flips_path`` (``paired``; ``problem_paths``: each run's problems.jsonl). The table ends
     with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and the run's
     warnings (``run_warnings``): each built tiny model (``built_models``: checkpoint folders) whose bootstrap missed
-    its target and, given ``thresholds`` (the config's ``warnings``), each round's SFT data that is too small
-    (``sft_stats``: {round: its stats.json}; ``training``: sft.training) and each model's truncated or unanswered
-    share over its threshold. With several training methods, ``method_pairs`` ((model, other) rounds of the same
-    number) are compared paired as well (``method_comparison``), and ``training_costs`` ({model: cost}) are stored
-    under ``"training/cost"`` and tabled."""
-    from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
+    its target and, given ``thresholds`` (the config's ``warnings``), the rest of ``gather_warnings``
+    (``sft_stats``: {round: its stats.json}; ``sections``: {training method: its config section}). With several
+    training methods, ``method_pairs`` ((model, other) rounds of the same number) are compared paired as well
+    (``method_comparison``), and ``training_costs`` ({model: cost}) are stored under ``"training/cost"`` and
+    tabled."""
 
     summary: dict[str, dict] = {}
     problems = {}
@@ -153,20 +163,62 @@ def write_comparison(
     table += format_costs(training_costs or {})
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")
+    warnings = gather_warnings(
+        runs=runs,
+        summary=summary,
+        built_models=built_models,
+        thresholds=thresholds,
+        sft_stats=sft_stats or {},
+        sections=sections or {},
+        training_costs=training_costs or {},
+        training_data=training_data or {},
+        benchmark_judges=benchmark_judges or {},
+        teacher=teacher,
+    )
+    table += format_warnings(warnings)
+    write_json(summary_path, summary)
+    write_text(table_path, table)
+    return table
+
+
+def gather_warnings(
+    *,
+    runs,
+    summary: dict,
+    built_models,
+    thresholds: dict | None,
+    sft_stats: dict,
+    sections: dict,
+    training_costs: dict,
+    teacher: str | None,
+    training_data: dict,
+    benchmark_judges: dict,
+) -> list[str]:
+    """The comparison's warnings, one source after another (``run_warnings``): each built tiny model whose bootstrap
+    missed its target; given ``thresholds``, each SFT round's data (``sft_stats``, read with sft.training), each
+    other round's training cost (read with its method's section, ``sections``) and each model's truncated or
+    unanswered share on each benchmark, each round's credited examples (``training_data``: {round: (method, its data's
+    stats.json)}) and each model's correct verdicts (``benchmark_judges``: {benchmark: its own judge section}) resting
+    on a fallback extraction. A new source adds its lines here."""
+    from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
+
     warnings = []
     for folder in built_models:
         miss = bootstrap_miss(read_json(Path(folder) / BOOTSTRAP_METRICS_FILE))
         if miss:
             warnings.append(f"{miss} ({folder})")
-    if thresholds is not None:
-        for model, path in (sft_stats or {}).items():
-            warnings += sft_warnings(model, read_json(path), training, thresholds)
-        for model, cost in (training_costs or {}).items():
-            if model not in (sft_stats or {}):  # an sft round's warning reads its data's stats (above)
-                warnings += training_warnings(model, cost, thresholds)
-        for model, benchmark in runs:
-            warnings += metrics_warnings(model, benchmark, "eval split", summary[model][benchmark], thresholds)
-    table += format_warnings(warnings)
-    write_json(summary_path, summary)
-    write_text(table_path, table)
-    return table
+    if thresholds is None:
+        return warnings
+    for model, path in sft_stats.items():
+        warnings += sft_warnings(model, read_json(path), sections["sft"]["training"], thresholds)
+    for model, cost in training_costs.items():
+        if model not in sft_stats:  # an sft round's warning reads its data's stats (above)
+            warnings += training_warnings(model, cost, sections[cost["method"]], thresholds)
+    for model, benchmark in runs:
+        metrics = summary[model][benchmark]
+        warnings += metrics_warnings(model, benchmark, "eval split", metrics, thresholds, teacher=model == teacher)
+        routes, own_judge = summary[model].get(f"{benchmark}/{ROUTES_METRIC}"), benchmark_judges.get(benchmark, {})
+        warnings += metrics_fallback_warnings(model, benchmark, "eval split", routes, thresholds, own_judge)
+    for model, (method, path) in training_data.items():
+        warnings += training_data_fallback_warnings(model, method, read_json(path), thresholds)
+    return warnings

@@ -1,6 +1,7 @@
-"""Training methods side by side: each tuned model's training cost (the data it trained on, optimizer steps, wall
-time; the completions a method that samples while training drew) and the paired comparison of rounds of the same number trained by different
-methods from the same base model (``paired.compare``: the same problems, the same bootstrap draws)."""
+"""Training methods side by side: each tuned model's training cost (the table below the comparison: the problems
+and records it trained on, the completions a method that samples while training drew, tokens, optimizer steps,
+seconds) and the paired comparison of rounds of the same number trained by different methods from the same base
+model (``paired.compare``: the same problems, the same bootstrap draws)."""
 
 from __future__ import annotations
 
@@ -10,52 +11,100 @@ from snakeskills.io import read_json
 from snakeskills.results.metrics import aligned_rows
 from snakeskills.results.paired_bootstrap import compare
 from snakeskills.results.paired_bootstrap import describe as describe_paired
-from snakeskills.training.methods import training_method
+from snakeskills.training.methods import TRAINING_METHODS, training_method
 
 # the key of a model's training cost in eval/summary.json, and of its paired comparison with another method's round
 TRAINING_COST = "training/cost"
 PAIRED_GAIN_OVER = "paired_gain_over"
 
+# the cost table's columns after model, method and round, each named with its unit, meaning the same in every row
+# and explained once under the table; each method's records column (sft_examples, dpo_pairs, kto_samples:
+# ``TrainingMethod.records``) comes after train_problems. A cell is blank where its column does not apply to the
+# row's method or its trainer did not record it; a column blank in every row is left out
+COST_COLUMNS = {
+    "problems_kept_by_pass_rate": "train problems whose pass rate under the previous model lies in the method's "
+    "pass_rate (<method>.pass_rate), of all train problems (kept/all)",
+    "train_problems": "distinct train problems the round's training data covers (GRPO: the problems it draws "
+    "from); fewer than those kept where a problem gave no record (a DPO pair needs a correct and an incorrect "
+    "sample)",
+    "completions_sampled": "completions the trainer sampled while training (GRPO: optimizer_steps x "
+    "grpo.training.batch_size, grpo.num_generations per problem drawn)",
+    "train_tokens": "tokens the trainer fed the model, prompts and answers (sampled completions for GRPO), padding "
+    "left out (TRL's num_tokens); blank for a run resumed from a checkpoint, whose trainer counts from the resume",
+    "optimizer_steps": "optimizer steps the trainer took",
+    "wall_seconds": "seconds the trainer ran (since the resume, for a run resumed from a checkpoint); the data "
+    "rules and the samples they read are not in it",
+}
+
 
 def training_cost(method: str, round_number: int, tuned_folder: str | Path, stats_path: str | Path) -> dict:
-    """A tuned model's cost: its method and round, the examples it trained on (``TrainingMethod.examples``: SFT
-    examples, DPO pairs, ...), the problems they cover, optimizer steps, the trainer's wall time (seconds) and, for a
-    method that samples while training (GRPO), the completions it sampled."""
+    """A tuned model's cost, keyed by ``COST_COLUMNS`` and its method's records column (``TrainingMethod.records``),
+    from its data rule's stats.json (``stats_path``) and its trainer's training_metrics.json; a key whose column
+    does not apply to the method is left out, one its trainer did not record is ``None``."""
     metrics = read_json(Path(tuned_folder) / "training_metrics.json")
     stats = read_json(stats_path)
     entry = training_method(method)
-    cost = {
-        "method": method,
-        "round": round_number,
-        "examples": stats[entry.examples_stat] if entry.examples_stat else metrics.get("num_examples"),
-        "problems": stats.get(entry.problems_stat),
-        "optimizer_steps": metrics.get("global_step"),
-        "wall_seconds": round(float(metrics.get("train_runtime", 0.0)), 1),
-    }
-    if "problems_in_pass_rate" in stats:  # dpo, kto, grpo: the problems the pass-rate filter kept, of all
-        cost["in_pass_rate"] = f"{stats['problems_in_pass_rate']}/{stats['problems']}"
+    cost = {"method": method, "round": round_number}
+    if "problems_in_pass_rate" in stats:  # the data rules that filter by pass rate count what they kept, of all
+        cost["problems_kept_by_pass_rate"] = f"{stats['problems_in_pass_rate']}/{stats['problems']}"
+    cost["train_problems"] = stats[entry.problems_stat]
+    if entry.records is not None:
+        cost[entry.records.column] = stats[entry.records.stat]
     if entry.samples_while_training:
         cost["completions_sampled"] = metrics.get("completions_sampled")
+    cost["train_tokens"] = trained_tokens(metrics)
+    cost["optimizer_steps"] = metrics["global_step"]
+    runtime = metrics.get("train_runtime")
+    cost["wall_seconds"] = None if runtime is None else round(float(runtime), 1)
     return cost
 
 
+def trained_tokens(metrics: dict) -> int | None:
+    """The tokens a trainer fed the model over its run: TRL's running count (``num_tokens``), as last logged in the
+    metrics' ``log_history``; ``None`` where it logged none, or the run resumed from a checkpoint (TRL's SFT, DPO
+    and KTO trainers count from the resume)."""
+    if metrics.get("resumed_from_checkpoint"):
+        return None
+    counts = [entry["num_tokens"] for entry in metrics.get("log_history", []) if "num_tokens" in entry]
+    return int(counts[-1]) if counts else None
+
+
+def cost_columns(costs: dict[str, dict]) -> dict[str, str]:
+    """The cost table's columns for ``costs`` with what each holds: ``COST_COLUMNS`` with the records columns of
+    the methods in ``costs`` after train_problems, less those blank in every row."""
+    methods = {cost["method"] for cost in costs.values()}
+    records = {
+        method.records.column: method.records.meaning
+        for method in TRAINING_METHODS.values()
+        if method.name in methods and method.records is not None
+    }
+    names = list(COST_COLUMNS)
+    split = names.index("train_problems") + 1
+    columns = {
+        **{name: COST_COLUMNS[name] for name in names[:split]},
+        **records,
+        **{name: COST_COLUMNS[name] for name in names[split:]},
+    }
+    return {
+        name: meaning for name, meaning in columns.items() if any(cost.get(name) is not None for cost in costs.values())
+    }
+
+
 def format_costs(costs: dict[str, dict]) -> str:
-    """The costs as a table, one row per tuned model (empty without tuned models)."""
+    """The costs as a table, one row per tuned model, then each column's meaning once (empty without tuned
+    models)."""
     if not costs:
         return ""
-    columns = ["method", "round", "examples", "problems", "in_pass_rate", "optimizer_steps", "wall_seconds"]
-    columns.append("completions_sampled")
-    rows = [["model", *columns]]
+    columns = cost_columns(costs)
+    rows = [["model", "method", "round", *columns]]
     for model, cost in costs.items():
-        rows.append([model, *("" if cost.get(column) is None else str(cost[column]) for column in columns)])
-    methods = [training_method(cost["method"]) for cost in costs.values()]
-    *others, last = dict.fromkeys(method.examples for method in methods)
-    examples = f"{', '.join(others)} or {last}" if others else last
-    note = (
-        f"examples: {examples}; in_pass_rate: train problems the pass-rate filter kept; wall_seconds: the training "
-        "job's trainer"
+        cells = [cost["method"], cost["round"], *(cost.get(column) for column in columns)]
+        rows.append([model, *("" if cell is None else str(cell) for cell in cells)])
+    notes = "".join(f"  {column}: {meaning}\n" for column, meaning in columns.items())
+    return (
+        "\ntraining cost by model (a blank cell: the column does not apply to the method, or its trainer did not "
+        "record it)\n" + "\n".join(aligned_rows(rows, rule_under_header=True)) + "\n" + notes
     )
-    return "\ntraining cost by model (" + note + ")\n" + "\n".join(aligned_rows(rows, rule_under_header=True)) + "\n"
 
 
 def compare_methods(pairs: list[tuple[str, str]], benchmarks: list[str], problems: dict, summary: dict) -> list[str]:

@@ -79,7 +79,7 @@ def pass_at_1_points(summary: dict, benchmark: str, metric: str = METRIC) -> lis
 
 
 def plot_pass_at_1(summary: dict, output_path: str | Path, metric: str = METRIC) -> None:
-    """pass@1[avg-of-k] of each model (base, round1, ...), one line per benchmark, seed std as error bars."""
+    """pass@1[avg-of-k] of each model (base, sft-round1, ...), one line per benchmark, seed std as error bars."""
     models = list(summary)
     figure, (axis,) = _figure(1, panel_width=max(4.8, 1.2 * len(models) + 2.5))
     for benchmark in _benchmarks(summary):

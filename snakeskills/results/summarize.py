@@ -1,6 +1,6 @@
 """One benchmark's summary: its judged seed files -> ``metrics.json`` (pass@1[avg-of-k], majority@k, pass@k, named
-metrics) and each problem's scores (problems.jsonl, for the paired comparison); the eval rule's comparison of every
-model is ``comparison``."""
+metrics, how the answers were found) and each problem's scores (problems.jsonl, for the paired comparison); the eval
+rule's comparison of every model is ``comparison``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import polars as pl
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json, write_jsonl, write_text
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, ROUTES_METRIC, format_routes, routes_summary
 from snakeskills.results.metrics import (
     EXECUTION_ERROR,
     EXECUTION_STATUS,
@@ -31,6 +32,8 @@ FINISH_REASON = "finish_reason"
 REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
 # fields that may be null in a judged row (no answer; a program that passed)
 NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
+# read when the first row has it; a row without it (judged before routes were recorded) reads null: unknown
+OPTIONAL_FIELDS = (EXTRACTION_ROUTE,)
 
 
 def load_judged_seeds(seed_paths: list[str | Path]) -> pl.DataFrame:
@@ -81,23 +84,55 @@ def write_benchmark_summary(
 ) -> str:
     """``metrics.json``: the benchmark's eval modes (``summarize_benchmark``) and its named metrics
     (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric;
-    ``problems.jsonl``: each problem's correct samples (``paired.problem_score_rows``)."""
+    ``problems.jsonl``: each problem's correct samples (``paired.problem_score_rows``). Where the judged rows say how
+    their answers were found, metrics.json has ``"<benchmark>/extraction_routes"`` (``extraction_routes.
+    routes_summary``) and metrics.txt a line of it under the table."""
     ids, seeds = _load_seeds(seed_paths)
     metrics = _summarize_seeds(benchmark, seeds)
     scores = {
         column: np.stack([seed[column].to_numpy() for seed in seeds]) for column in SCORE_COLUMNS if column in seeds[0]
     }
     named = compute_named_metrics(benchmark, metric_specs, seed_paths)  # before any file: a failing metric writes none
+    routes = _routes_entry(benchmark, seeds)
+    if routes.keys() & named.keys():
+        raise SnakeskillsError(
+            f"config key metrics.{ROUTES_METRIC} (or benchmarks.{benchmark}.metrics.{ROUTES_METRIC}): summarize writes "
+            "how the answers were found under that name; rename the metric"
+        )
     write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
-    table = format_table(benchmark, metrics[benchmark]) + "".join(format_metric(k, v) for k, v in named.items())
-    write_json(metrics_path, {**metrics, **named})
+    table = format_table(benchmark, metrics[benchmark]) + "".join(format_routes(value) for value in routes.values())
+    table += "".join(format_metric(k, v) for k, v in named.items())
+    write_json(metrics_path, {**metrics, **named, **routes})
     write_text(table_path, table)
     return table
 
 
+def _routes_entry(benchmark: str, seeds: list[pl.DataFrame]) -> dict[str, dict]:
+    """``{"<benchmark>/extraction_routes": routes_summary}`` over every seed's samples, or nothing where no judged
+    row says how its answer was found."""
+    if EXTRACTION_ROUTE not in seeds[0].columns or all(
+        seed[EXTRACTION_ROUTE].null_count() == seed.height for seed in seeds
+    ):
+        return {}
+    routes = pl.concat([seed[EXTRACTION_ROUTE] for seed in seeds]).to_list()
+    correct = pl.concat([seed["symbolic_correct"].cast(pl.Boolean) for seed in seeds]).to_list()
+    return {f"{benchmark}/{ROUTES_METRIC}": routes_summary(routes, correct)}
+
+
+def _with_routes_alike(seeds: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """Every seed with an ``extraction_route`` column (null: unknown) where any has one: a seed judged before routes
+    were recorded lines up with one judged after."""
+    if not any(EXTRACTION_ROUTE in seed.columns for seed in seeds):
+        return seeds
+    return [
+        seed if EXTRACTION_ROUTE in seed.columns else seed.with_columns(pl.lit(None, pl.String).alias(EXTRACTION_ROUTE))
+        for seed in seeds
+    ]
+
+
 def _load_seeds(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFrame]]:
     """The problem ids, and per seed file, in order: ``predicted_answer``, ``num_generated_tokens``, the score
-    columns, and where the first row has them ``finish_reason`` and the execution fields.
+    columns, and where the first row has them ``finish_reason``, the execution fields and ``extraction_route``.
 
     Files are parsed by polars, reading only the fields the metrics need. Anything unusual (a malformed
     line, a missing or null field, a non-boolean score, an empty file) sends all files through the
@@ -120,6 +155,7 @@ def _load_seeds(seed_paths: list[str | Path]) -> tuple[list[str], list[pl.DataFr
                 f"{path}: problem ids differ from {seed_paths[0]}; seed files must line up row by row"
             )
         seeds.append(frame.drop("id"))
+    seeds = _with_routes_alike(seeds)
     _check_same_scores(seed_paths, seeds)
     return reference_ids.to_list(), seeds
 
@@ -139,10 +175,12 @@ def _read_seed_fast(path: str | Path) -> pl.DataFrame | None:
             **dict.fromkeys(scores, pl.Boolean),
             **({FINISH_REASON: pl.String} if FINISH_REASON in first else {}),
             **(dict.fromkeys((EXECUTION_STATUS, EXECUTION_ERROR), pl.String) if EXECUTION_STATUS in first else {}),
+            **{field: pl.String for field in OPTIONAL_FIELDS if field in first},
         }
         frame = pl.read_ndjson(_polars_source(path), schema=schema)
-        # a field missing from a row reads as null: only the nullable fields may legitimately be null
-        if frame.height == 0 or any(frame[column].null_count() for column in schema if column not in NULLABLE_FIELDS):
+        # a field missing from a row reads as null: only the nullable and optional fields may legitimately be null
+        allowed = (*NULLABLE_FIELDS, *OPTIONAL_FIELDS)
+        if frame.height == 0 or any(frame[column].null_count() for column in schema if column not in allowed):
             return None
         # a null there may also be a missing key: count the keys (one per row; nested ones make it more, and
         # then the per-row reader decides)
@@ -227,16 +265,20 @@ def _load_seeds_per_row(seed_paths: list[str | Path]) -> tuple[list[str], list[p
             columns[FINISH_REASON] = [row[FINISH_REASON] for row in rows]
         for field in execution:
             columns[field] = [None if row[field] is None else str(row[field]) for row in rows]
+        optional = [field for field in OPTIONAL_FIELDS if field in rows[0]]
+        for field in optional:
+            columns[field] = [None if row.get(field) is None else str(row[field]) for row in rows]
         seeds.append(
             pl.DataFrame(
                 columns,
                 schema_overrides={
                     "predicted_answer": pl.String,
                     "num_generated_tokens": pl.Int64,
-                    **dict.fromkeys(execution, pl.String),
+                    **dict.fromkeys((*execution, *optional), pl.String),
                 },
             )
         )
+    seeds = _with_routes_alike(seeds)
     _check_same_scores(seed_paths, seeds)
     return [str(problem_id) for problem_id in reference_ids], seeds
 

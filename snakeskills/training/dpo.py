@@ -53,7 +53,7 @@ def dpo_trainer_class():
 def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
     """Train on the round's pairs (``run.data_path``) with DPO (``loss``: sigmoid, ipo, hinge, robust; ``nll_weight``
     > 0 adds the chosen answer's NLL, RPO) and save the result (``rounds.run_round``). Resumes from the newest
-    complete Trainer checkpoint of the same run (training.checkpoint_steps)."""
+    complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps)."""
     if run.training.get("packing"):
         raise SnakeskillsError("dpo.training.packing: preference pairs are not packed")
     records = list(iter_jsonl(run.data_path))
@@ -78,7 +78,7 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
         hyperparameters = {**common, "max_length": run.training["max_length"], "beta": beta, "loss": losses}
         hyperparameters["w"] = weights
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
-        trainer = tokenized_trainer(dpo_trainer_class(), model, tokenizer, arguments, rows)
+        trainer = tokenized_trainer(dpo_trainer_class(), model, tokenizer, arguments, rows, training=run.training)
         return trainer, resume_from, len(rows)
 
     return run_round(run, "dpo", build)

@@ -181,7 +181,7 @@ def train(
 ) -> dict:
     """Train with GRPO on the round's problems (``run.data_path``) and save the result (``rounds.run_round``), with
     the logged reward, KL and completion length by step in its metrics' ``log_history``. Resumes from the newest
-    complete Trainer checkpoint of the same run (training.checkpoint_steps)."""
+    complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps)."""
     if not sampling["temperature"]:
         raise SnakeskillsError(
             "grpo.sampling.temperature is 0: a group of greedy completions has no spread to learn from"
@@ -222,7 +222,9 @@ def train(
         trainer_class = grpo_trainer_class()
         trainer_class.prompt_token_ids = prompt_ids
         reward_funcs = [functions[term] for term in terms]
-        trainer = tokenized_trainer(trainer_class, model, tokenizer, arguments, rows, reward_funcs=reward_funcs)
+        trainer = tokenized_trainer(
+            trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs
+        )
         return trainer, resume_from, len(rows)
 
     return run_round(run, "grpo", build)

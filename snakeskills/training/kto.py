@@ -79,7 +79,7 @@ def train(
 ) -> dict:
     """Train on the round's labelled samples (``run.data_path``) with KTO (``loss``: kto, or apo_zero_unpaired) and
     save the result (``rounds.run_round``). Resumes from the newest complete Trainer checkpoint of the same run
-    (training.checkpoint_steps)."""
+    (training.checkpoint_minutes, checkpoint_steps)."""
     if run.training.get("packing"):
         raise SnakeskillsError("kto.training.packing: KTO samples are not packed")
     records = list(iter_jsonl(run.data_path))
@@ -109,7 +109,7 @@ def train(
         }
         arguments = KTOConfig(**settings, train_sampling_strategy="sequential", **common)
         resume_from = run.claim_checkpoints(arguments, {**common, **settings}, rows)
-        trainer = tokenized_trainer(kto_trainer_class(), model, tokenizer, arguments, rows)
+        trainer = tokenized_trainer(kto_trainer_class(), model, tokenizer, arguments, rows, training=run.training)
         return trainer, resume_from, len(rows)
 
     return run_round(run, "kto", build)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.training.samples import problems_in_pass_rate, trained_text, write_round_data
 
 
@@ -16,11 +17,13 @@ def select_kto_samples(
 ) -> tuple[list[dict], dict]:
     """The labelled samples of every problem in the pass-rate range (``samples``: kto.samples; ``pass_rate``:
     kto.pass_rate) and the counts: problems kept and dropped by the filter, samples left out as repeats of the same
-    text, cut off (an incorrect one only with ``include_truncated``) or over the per-problem cap, and the desirable
-    and undesirable samples kept."""
+    text, cut off (an incorrect one only with ``include_truncated``) or over the per-problem cap, the desirable
+    and undesirable samples kept, and how the desirable ones were credited (``extraction_routes.credited_counts``:
+    how many rest on a fallback extraction)."""
     problems, counts = problems_in_pass_rate(judged_paths, benchmarks, prompts, samples["score"], pass_rate)
     counts.update(duplicate=0, truncated=0, over_per_problem_cap=0)
     records = []
+    desirable_routes = []
     kept_problems = 0
     cap = samples["max_per_problem"]
     for problem in problems:
@@ -44,11 +47,14 @@ def select_kto_samples(
                 record["expected_answer"] = problem.row["expected_answer"]
             completion = [{"role": "assistant", "content": text}]
             records.append({**record, "prompt": problem.prompt, "completion": completion, "label": correct})
+            if correct:
+                desirable_routes.append(sample.get(EXTRACTION_ROUTE))
         kept_problems += kept > 0
     counts["problems_kept"] = kept_problems
     counts["desirable"] = sum(record["label"] for record in records)
     counts["undesirable"] = len(records) - counts["desirable"]
     counts["samples"] = len(records)
+    counts.update(credited_counts(desirable_routes))
     return records, counts
 
 

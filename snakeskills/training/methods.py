@@ -21,9 +21,21 @@ WEIGHTS = ("lora", "full")
 
 
 @dataclass(frozen=True)
+class Records:
+    """What a method's round trains on, counted: its column in the cost table (its unit in its name), the unit in
+    words (warnings), what the column holds (explained under the table) and the stats.json key counting them (too
+    few warn: warnings.min_sft_examples)."""
+
+    column: str
+    unit: str
+    meaning: str
+    stat: str
+
+
+@dataclass(frozen=True)
 class TrainingMethod:
     name: str
-    # what its rounds' names start with: round1, round2 for sft (the first method, whose names came first);
+    # what its rounds' names start with: sft-round1, sft-round2 for sft (the first method, whose names came first);
     # dpo-round1, ... for the others
     round_prefix: str
     # the Layout attributes of a round's data file and its stats.json, written by the method's data rule in
@@ -37,15 +49,14 @@ class TrainingMethod:
     options: tuple[str, ...]
     # the trainer also takes each train benchmark's judge and the student's reasoning settings (an online reward)
     judges_rewards: bool
-    # what one example is (the cost table, warnings), the stats.json key counting them (None: the trainer's own
-    # num_examples) and the one counting the problems they cover
-    examples: str
-    examples_stat: str | None
+    # the stats.json key counting the distinct train problems the round's data covers (the cost table's
+    # train_problems; too few warn: warnings.min_sft_problems)
     problems_stat: str
-    # whether too few examples warn (warnings.min_sft_examples); problems and optimizer steps always do
-    warn_on_examples: bool
-    # what to do about too little data (the warning's hint)
-    too_little_data: str
+    # what the round's data holds where a record is not a problem (None: GRPO trains on the problems themselves)
+    records: Records | None
+    # how to get more training data: the advice of a warning on too few records or problems (every config key it
+    # names is in config/schema.yaml: tests/unit/test_run_warnings.py)
+    more_data: str
     # the report's curve: (log_history key, axis label), the first one its trainer logs is drawn
     curves: tuple[tuple[str, str], ...]
     # the training job's runtime per parameter and epoch as a multiple of SFT's (a reference pass, sampled groups)
@@ -56,8 +67,12 @@ class TrainingMethod:
     # both): which samples SFT keeps, which DPO pairs as chosen, which KTO calls desirable. None: no choice (GRPO's
     # reward is the benchmark's rule-based judge)
     score_key: tuple[str, str] | None
-    # the trainer samples completions while it trains (the cost table counts them)
+    # the trainer samples completions while it trains (the cost table's completions_sampled)
     samples_while_training: bool = False
+    # the section key saying how many units of <method>.training.batch_size one record makes (GRPO: a problem's
+    # group of completions, num_generations); a batch is then only ever whole (TRL's sampler drops a partial one).
+    # None: a batch is batch_size records, the last one of a pass partial
+    batch_units_key: str | None = None
 
     def tuned_model_name(self, round_number: int) -> str:
         """The name of the method's round ``round_number`` (in results paths and tables)."""
@@ -76,18 +91,21 @@ _TRAINING_CURVE_LOSS = ("loss", "training loss")
 
 SFT = TrainingMethod(
     name="sft",
-    round_prefix="",
+    round_prefix="sft-",
     data="sft_data",
     stats="sft_stats",
     trainer="snakeskills.training.sft",
     options=(),
     judges_rewards=False,
-    examples="SFT examples",
-    examples_stat="kept",
     problems_stat="problems_covered",
-    warn_on_examples=True,
-    too_little_data="sample more seeds or problems (train_num_seeds), or train a stronger or longer-bootstrapped "
-    "base model",
+    records=Records(
+        column="sft_examples",
+        unit="SFT examples",
+        meaning="judged-correct answers SFT trained on, each with its prompt",
+        stat="kept",
+    ),
+    more_data="sample more seeds per train problem (train_num_seeds; teacher.train_num_seeds where a teacher writes "
+    "the data) or add train problems (train_benchmarks)",
     curves=(_TRAINING_CURVE_LOSS,),
     runtime_factor=1,
     frozen_reference=False,
@@ -101,11 +119,15 @@ DPO = TrainingMethod(
     trainer="snakeskills.training.dpo",
     options=("beta", "loss", "nll_weight"),
     judges_rewards=False,
-    examples="DPO pairs",
-    examples_stat="pairs",
     problems_stat="problems_paired",
-    warn_on_examples=True,
-    too_little_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds",
+    records=Records(
+        column="dpo_pairs",
+        unit="DPO pairs",
+        meaning="(correct, incorrect) answer pairs of one prompt DPO trained on",
+        stat="pairs",
+    ),
+    more_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds per train "
+    "problem (train_num_seeds), or widen dpo.pass_rate",
     curves=(("rewards/accuracies", "preference accuracy"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
@@ -119,11 +141,14 @@ KTO = TrainingMethod(
     trainer="snakeskills.training.kto",
     options=("beta", "loss", "desirable_weight", "undesirable_weight"),
     judges_rewards=False,
-    examples="KTO samples",
-    examples_stat="samples",
     problems_stat="problems_kept",
-    warn_on_examples=True,
-    too_little_data="sample more seeds or problems (train_num_seeds), or widen kto.pass_rate",
+    records=Records(
+        column="kto_samples",
+        unit="KTO samples",
+        meaning="judged answers KTO trained on, each with its prompt, desirable when correct and undesirable when not",
+        stat="samples",
+    ),
+    more_data="sample more seeds per train problem (train_num_seeds), or widen kto.pass_rate",
     curves=(("rewards/margins", "reward margin (desirable - undesirable)"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
@@ -137,16 +162,16 @@ GRPO = TrainingMethod(
     trainer="snakeskills.training.grpo",
     options=("num_generations", "beta", "loss", "sampling", "rewards", "vllm_mode"),
     judges_rewards=True,
-    examples="GRPO problems",
-    examples_stat=None,
     problems_stat="problems_in_pass_rate",
-    warn_on_examples=False,
-    too_little_data="a problem needs a pass rate inside grpo.pass_rate: sample more seeds, or widen the range",
+    records=None,
+    more_data="a problem needs a pass rate inside grpo.pass_rate: widen grpo.pass_rate, or sample more seeds per "
+    "train problem (train_num_seeds)",
     curves=(("reward", "mean reward of the sampled completions"), _TRAINING_CURVE_LOSS),
     runtime_factor=4,
     frozen_reference=True,
     score_key=None,
     samples_while_training=True,
+    batch_units_key="num_generations",
 )
 
 # in the order the schema lists them
@@ -158,6 +183,10 @@ def training_method(name: str) -> TrainingMethod:
     if name not in TRAINING_METHODS:
         raise SnakeskillsError(f"training method {name!r} is not one of {', '.join(TRAINING_METHODS)}")
     return TRAINING_METHODS[name]
+
+
+# what SFT rounds were named before their names said the method (sft-round1): results written then keep them
+LEGACY_SFT_ROUND = re.compile(r"round(\d+)")
 
 
 def tuned_model_parts(model: str) -> tuple[str, int] | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.training.samples import Problem, problems_in_pass_rate, trained_text, write_round_data
 
 
@@ -24,10 +25,11 @@ def pair_indices(num_chosen: int, num_rejected: int, limit: int | None) -> list[
     return [(k % num_chosen, (k + k // cycle) % num_rejected) for k in range(count)]
 
 
-def problem_texts(problem: Problem, include_truncated: bool) -> tuple[list[str], list[str], dict]:
-    """A problem's distinct chosen texts (correct and complete) and rejected texts (incorrect; cut-off ones only
-    with ``include_truncated``), in sample order, and what was left out."""
+def problem_samples(problem: Problem, include_truncated: bool) -> tuple[list[dict], list[dict], dict]:
+    """A problem's chosen samples (correct and complete) and rejected samples (incorrect; cut-off ones only with
+    ``include_truncated``), one per distinct text, in sample order, and what was left out."""
     chosen, rejected = [], []
+    texts = {True: set(), False: set()}
     left_out = {"duplicate": 0, "truncated": 0}
     for sample, correct in zip(problem.samples, problem.correct, strict=True):
         text = trained_text(sample)
@@ -35,11 +37,11 @@ def problem_texts(problem: Problem, include_truncated: bool) -> tuple[list[str],
         if not complete and (correct or not include_truncated):
             left_out["truncated"] += 1
             continue
-        texts = chosen if correct else rejected
-        if text in texts:
+        if text in texts[correct]:
             left_out["duplicate"] += 1
             continue
-        texts.append(text)
+        texts[correct].add(text)
+        (chosen if correct else rejected).append(sample)
     return chosen, rejected, left_out
 
 
@@ -48,13 +50,15 @@ def select_pairs(
 ) -> tuple[list[dict], dict]:
     """The preference pairs of every problem in the pass-rate range (``pairs``: dpo.pairs; ``pass_rate``:
     dpo.pass_rate) and the counts: problems kept and dropped by the filter, problems with only correct or only
-    incorrect samples (no pair), samples left out as duplicates or cut off, pairs made."""
+    incorrect samples (no pair), samples left out as duplicates or cut off, pairs made, and how the chosen answers
+    the pairs use were credited (``extraction_routes.credited_counts``: how many rest on a fallback extraction)."""
     problems, counts = problems_in_pass_rate(judged_paths, benchmarks, prompts, pairs["score"], pass_rate)
     counts.update(only_correct=0, only_incorrect=0, duplicate=0, truncated=0)
     records = []
     paired_problems = 0
+    chosen_routes = []
     for problem in problems:
-        chosen, rejected, left_out = problem_texts(problem, pairs["include_truncated"])
+        chosen, rejected, left_out = problem_samples(problem, pairs["include_truncated"])
         counts["duplicate"] += left_out["duplicate"]
         counts["truncated"] += left_out["truncated"]
         if not rejected:
@@ -64,7 +68,9 @@ def select_pairs(
             counts["only_incorrect"] += 1
             continue
         paired_problems += 1
-        for chosen_index, rejected_index in pair_indices(len(chosen), len(rejected), pairs["max_per_problem"]):
+        indices = pair_indices(len(chosen), len(rejected), pairs["max_per_problem"])
+        chosen_routes += [chosen[index].get(EXTRACTION_ROUTE) for index in sorted({index for index, _ in indices})]
+        for chosen_index, rejected_index in indices:
             record = {"id": problem.row["id"], "benchmark": problem.benchmark, "problem": problem.row["problem"]}
             if "expected_answer" in problem.row:
                 record["expected_answer"] = problem.row["expected_answer"]
@@ -72,12 +78,13 @@ def select_pairs(
                 {
                     **record,
                     "prompt": problem.prompt,
-                    "chosen": [{"role": "assistant", "content": chosen[chosen_index]}],
-                    "rejected": [{"role": "assistant", "content": rejected[rejected_index]}],
+                    "chosen": [{"role": "assistant", "content": trained_text(chosen[chosen_index])}],
+                    "rejected": [{"role": "assistant", "content": trained_text(rejected[rejected_index])}],
                 }
             )
     counts["problems_paired"] = paired_problems
     counts["pairs"] = len(records)
+    counts.update(credited_counts(chosen_routes))
     return records, counts
 
 

@@ -69,8 +69,7 @@ class RoundRun:
         """The checkpoint to resume from: the newest complete one of this same run (``checkpoints``)."""
         from snakeskills.training.checkpoints import claim_checkpoints
 
-        checkpoint_steps = self.training["checkpoint_steps"]
-        return claim_checkpoints(arguments, self.identity(), hyperparameters, rows, checkpoint_steps)
+        return claim_checkpoints(arguments, self.identity(), hyperparameters, rows)
 
 
 def run_round(run: RoundRun, method: str, build_trainer) -> dict:
@@ -109,27 +108,60 @@ def trainer_options(method: str, settings: dict, judging: dict) -> dict:
 
 def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Path) -> dict:
     """Train ``method``'s round: its trainer's ``train(run, **options)`` in this process, or in ``run.processes``
-    processes (``trainer.launch_training``: each runs this module's ``__main__``)."""
+    processes (``trainer.launch_training``: each runs this module's ``__main__``). Interrupted (Ctrl-C, SIGTERM), it
+    raises ``checkpoints.TrainingInterrupted`` saying what was kept."""
     entry = training_method(method)
     if run.processes == 1:
         return entry.trainer_module().train(run, **options)
-    from snakeskills.training.trainer import launch_training
+    from snakeskills.training.checkpoints import (
+        TrainingInterrupted,
+        interruption_message,
+        kept_checkpoint,
+        trainer_dir_for,
+    )
+    from snakeskills.training.trainer import launch_training, sigterm_interrupts
 
     arguments = {"method": method, "run": dataclasses.asdict(run), "options": options}
-    return launch_training(
-        "snakeskills.training.rounds", arguments, processes=run.processes, output_dir=run.output_dir, log_path=log_path
-    )
+    try:
+        with sigterm_interrupts():
+            return launch_training(
+                "snakeskills.training.rounds",
+                arguments,
+                processes=run.processes,
+                output_dir=run.output_dir,
+                log_path=log_path,
+            )
+    except KeyboardInterrupt as interruption:
+        # the training processes got the same signal (Ctrl-C reaches the terminal's processes, SLURM signals every
+        # process of the job); the main one says the step it reached in the log, this one what the disk kept
+        message = interruption_message(
+            cause=str(interruption) or "Ctrl-C",
+            step=None,
+            max_steps=0,
+            kept=kept_checkpoint(trainer_dir_for(run.output_dir)),
+            minutes=run.training["checkpoint_minutes"],
+            steps=run.training["checkpoint_steps"],
+        )
+        raise TrainingInterrupted(message) from None
 
 
 def main(argument: str) -> None:
-    """One of the processes ``launch_training`` started: its round as one JSON argument."""
+    """One of the processes ``launch_training`` started: its round as one JSON argument. Interrupted, the main
+    process logs what was kept (``checkpoints.interruption_message``) and every process exits with status 130."""
+    import os
+
     from snakeskills.job import quiet_libraries
 
     quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     arguments = json.loads(argument)
     run = RoundRun(**arguments["run"])
-    training_method(arguments["method"]).trainer_module().train(run, **arguments["options"])
+    try:
+        training_method(arguments["method"]).trainer_module().train(run, **arguments["options"])
+    except KeyboardInterrupt as interruption:
+        if os.environ.get("RANK", "0") == "0":
+            logger.warning("%s", str(interruption) or "training interrupted")
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ SAMPLE_FIELDS = frozenset(
         "finish_reason",
         "random_seed",
         "predicted_answer",
+        "extraction_route",
         "symbolic_correct",
         "judgement",
         "judge_correct",

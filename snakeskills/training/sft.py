@@ -13,7 +13,7 @@ from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
 from snakeskills.training.checkpoints import claim_checkpoints, trainer_dir_for
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import run_trainer, section_trainer_arguments, step_logger
+from snakeskills.training.trainer import run_trainer, section_trainer_arguments, training_callbacks
 
 # the label of a token the loss is not on (the prompt's, as TRL's collator masks it)
 IGNORE_INDEX = -100
@@ -66,10 +66,11 @@ def sft_trainer(
     ``packing`` puts several examples in one row
     (TRL's best-fit decreasing, without padding; each example attends to itself only, by its position ids).
 
-    With ``checkpoint_steps > 0`` a checkpoint is saved every so many steps under ``output_dir`` and
-    training resumes from the newest complete one found there (a rerun after a kill continues, not
-    restarts), provided it was written by the same run: ``run_identity`` (what the model is, e.g. its
-    paths), the hyperparameters and the examples must match, or the old checkpoints are discarded.
+    A checkpoint is saved under ``output_dir`` every ``checkpoint_minutes`` of training and every
+    ``checkpoint_steps`` steps (0: not by that measure), and training resumes from the newest complete one found
+    there (a rerun after a kill continues, not restarts), provided it was written by the same run:
+    ``run_identity`` (what the model is, e.g. its paths), the hyperparameters and the examples must match, or the
+    old checkpoints are discarded.
 
     With ``processes > 1`` this runs in each of the processes ``accelerate launch`` started (its
     ``WORLD_SIZE`` must match), and ``distributed`` "fsdp" shards the model across them instead of
@@ -86,13 +87,13 @@ def sft_trainer(
     )
     arguments = SFTConfig(max_length=max_length, completion_only_loss=True, packing=packing, **common)
     hyperparameters = {**common, "max_length": max_length, "packing": packing}
-    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples, training["checkpoint_steps"])
+    resume_from = claim_checkpoints(arguments, run_identity, hyperparameters, examples)
     trainer = SFTTrainer(
         model=model,
         args=arguments,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[*(callbacks or []), step_logger()],
+        callbacks=[*(callbacks or []), *training_callbacks(training)],
     )
     return trainer, resume_from
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.prompts import build_messages
-from snakeskills.training.samples import is_correct, sample_pass_rates, trained_text, write_round_data
+from snakeskills.training.samples import SCORES, is_correct, sample_pass_rates, trained_text, write_round_data
 
 
 def select_sft_records(
@@ -24,7 +25,8 @@ def select_sft_records(
 ) -> tuple[list[dict], dict]:
     """Keep judged-correct (by ``filters.score``), complete, de-duplicated generations of the problems whose pass
     rate (over all the samples given) lies in ``pass_rate`` (sft.pass_rate; none: every problem); returns (records,
-    counts per filter, and the kept examples per source).
+    counts per filter, the kept examples per source, and how the kept correct ones were credited:
+    ``extraction_routes.credited_counts``, how many rest on a fallback extraction).
 
     ``sources`` names the model that wrote each judged file (a teacher, the base model, a round): it becomes each
     example's ``generated_by``. The generation is kept as text; ``prompts`` holds each file's resolved prompt, the
@@ -46,6 +48,7 @@ def select_sft_records(
     seen = set()
     kept_per_problem: dict[str, int] = {}
     kept_by_source = dict.fromkeys(sources, 0)
+    credited_routes = []
     records = []
     for path, source, prompt in zip(judged_paths, sources, prompts, strict=True):
         for row_number, row in enumerate(iter_jsonl(path), start=1):
@@ -83,9 +86,12 @@ def select_sft_records(
                 example["expected_answer"] = row["expected_answer"]
             records.append({**example, "generated_by": source, "messages": messages})
             kept_by_source[source] += 1
+            if filters["correct_only"] or all(row.get(verdict) for verdict in SCORES[filters["score"]]):
+                credited_routes.append(row.get(EXTRACTION_ROUTE))
     counts["kept"] = len(records)
     counts["problems_covered"] = len(kept_per_problem)
     counts["kept_by_source"] = kept_by_source
+    counts.update(credited_counts(credited_routes))
     return records, counts
 
 

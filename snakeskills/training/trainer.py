@@ -1,20 +1,30 @@
 """What every trainer shares, on TRL's trainers: the weights a round trains (a LoRA or every weight), the trainer
-arguments a training section gives, running a trainer with step lines in the job's log, saving the result complete
-or not at all, and training in several processes under ``accelerate launch``. Each method's trainer
-(``training/sft.py``, ``dpo.py``, ``kto.py``, ``grpo.py``) builds its TRL trainer from these pieces; a round's
-skeleton is ``rounds.run_round``; checkpoints: ``checkpoints``.
+arguments a training section gives, running a trainer with step lines in the job's log and a checkpoint every so many
+minutes, saying what an interruption (Ctrl-C, SIGTERM) kept, saving the result complete or not at all, and training in
+several processes under ``accelerate launch``. Each method's trainer (``training/sft.py``, ``dpo.py``, ``kto.py``,
+``grpo.py``) builds its TRL trainer from these pieces; a round's skeleton is ``rounds.run_round``; checkpoints:
+``checkpoints``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import publish_directory, write_json
-from snakeskills.training.checkpoints import discard_trainer_dir
+from snakeskills.training.checkpoints import (
+    TrainingInterrupted,
+    checkpoint_minutes_of,
+    checkpoint_timer,
+    discard_trainer_dir,
+    interruption_message,
+    kept_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +143,8 @@ LOGGED_METRICS = {
 
 def step_logger(min_interval: float = 30.0):
     """A TrainerCallback writing ``step i/N``, loss, learning rate, examples/s, elapsed time and ETA to the job's
-    log (through logging, not the console) at the trainer's logging steps and at least every ``min_interval``
-    seconds, and the total time at the end."""
+    log (through logging, not the console) after the first step (a first ETA), at the trainer's logging steps and at
+    least every ``min_interval`` seconds, and the total time at the end."""
     import time
 
     from transformers import TrainerCallback
@@ -147,7 +157,8 @@ def step_logger(min_interval: float = 30.0):
             self.first_step = state.global_step  # above 0 when resumed from a checkpoint
 
         def on_step_end(self, args, state, control, **kwargs):
-            if time.monotonic() - self.last_logged >= min_interval:
+            first = state.global_step == self.first_step + 1  # an ETA early: a long run's first step can take minutes
+            if first or time.monotonic() - self.last_logged >= min_interval:
                 control.should_log = True  # the trainer then computes and logs the loss at this step
             return control
 
@@ -183,6 +194,12 @@ def step_logger(min_interval: float = 30.0):
     return StepLogger()
 
 
+def training_callbacks(training: dict) -> list:
+    """The callbacks every trainer gets from its training section: the step lines in the job's log
+    (``step_logger``) and a checkpoint every ``checkpoint_minutes`` of training (``checkpoints.checkpoint_timer``)."""
+    return [step_logger(), checkpoint_timer(training["checkpoint_minutes"])]
+
+
 def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, run, method: str) -> dict:
     """A trainer's row: ``prompt_ids``, the prompt's messages exactly as generation encodes them
     (``prompts.encode_messages`` with the round's chat template settings, ``run``), and each answer, by its column,
@@ -201,9 +218,9 @@ def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, ru
     return row
 
 
-def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dict], **extra):
-    """``trainer_class`` (a TRL trainer taking its dataset as token ids) on ``rows``, with the step lines in the job's
-    log; ``extra``: the trainer's own arguments (GRPO's reward functions)."""
+def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dict], *, training: dict, **extra):
+    """``trainer_class`` (a TRL trainer taking its dataset as token ids) on ``rows``, with the callbacks of its
+    ``training`` section (``training_callbacks``); ``extra``: the trainer's own arguments (GRPO's reward functions)."""
     import datasets
 
     return trainer_class(
@@ -211,21 +228,50 @@ def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dic
         args=arguments,
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=tokenizer,
-        callbacks=[step_logger()],
+        callbacks=training_callbacks(training),
         **extra,
     )
 
 
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside: SIGTERM (what SLURM sends at a job's time limit or ``scancel``, and ``kill``) raises KeyboardInterrupt
+    ("SIGTERM") as Ctrl-C does, so an interrupted training says what it kept. Where another handler is set, or off
+    the main thread, SIGTERM keeps its own handling."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
     """Train (from ``resume_from``, a checkpoint, when given); returns the run's metrics: the trainer's, the examples
-    trained on, the checkpoint resumed from, steps, processes, and the logged history (loss, rewards by step)."""
+    trained on, the checkpoint resumed from, steps, processes, and the logged history (loss, rewards by step).
+
+    Ctrl-C or SIGTERM while it trains raises ``TrainingInterrupted``, whose message says the step reached and the
+    checkpoint a rerun resumes from (``checkpoints.interruption_message``)."""
     from transformers import PrinterCallback
 
     # with tqdm off the Trainer prints every logged dict to stdout; the step lines in the job's log say it instead
     trainer.remove_callback(PrinterCallback)
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        with sigterm_interrupts():
+            result = trainer.train(resume_from_checkpoint=resume_from)
+    except KeyboardInterrupt as interruption:
+        raise TrainingInterrupted(trainer_interruption(trainer, str(interruption) or "Ctrl-C")) from None
     metrics = dict(result.metrics)
     metrics["num_examples"] = num_examples
     metrics["resumed_from_checkpoint"] = resume_from
@@ -236,6 +282,20 @@ def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
         for entry in trainer.state.log_history
     ]
     return metrics
+
+
+def trainer_interruption(trainer, cause: str) -> str:
+    """``interruption_message`` for ``trainer``, stopped by ``cause``: its step, its newest complete checkpoint on
+    disk, its checkpoint schedule."""
+    args = trainer.args
+    return interruption_message(
+        cause=cause,
+        step=trainer.state.global_step,
+        max_steps=trainer.state.max_steps,
+        kept=kept_checkpoint(args.output_dir),
+        minutes=checkpoint_minutes_of(trainer),
+        steps=args.save_steps if args.save_strategy == "steps" else 0,
+    )
 
 
 def load_trainable_model(

@@ -252,13 +252,13 @@ def test_one_relative_model_path_in_two_working_directories_names_two_servers(tm
             generation,
             model,
             model_path="results/x/models/base/checkpoint",
-            adapter_path="results/x/models/round1/adapter",
+            adapter_path="results/x/models/sft-round1/adapter",
             threads=1,
             chat_template=False,
             chat_template_kwargs={},
         )
     assert built[0]["model_path"] == str(tmp_path / "first/results/x/models/base/checkpoint")
-    assert built[1]["adapter_path"] == str(tmp_path / "second/results/x/models/round1/adapter")
+    assert built[1]["adapter_path"] == str(tmp_path / "second/results/x/models/sft-round1/adapter")
     assert key_of({"backend": "hf", **built[0]}) != key_of({"backend": "hf", **built[1]})
 
 
@@ -278,7 +278,7 @@ def test_a_round_retrained_in_place_is_served_from_its_new_weights(tiny_checkpoi
     of the new weights, and its samples are the new adapter's, not the old server's."""
     import signal
 
-    adapter = tmp_path / "models" / "round1" / "adapter"
+    adapter = tmp_path / "models" / "sft-round1" / "adapter"
     train_adapter(tiny_checkpoint, adapter, seed=0)
     servers = []
     try:
@@ -368,7 +368,7 @@ def test_a_job_of_a_retrained_round_does_not_resume_the_old_weights_rows(tiny_ch
 
     prepared = tmp_path / "split.jsonl"
     write_jsonl(prepared, arithmetic_splits(operations=["+"], max_operand=9, split_sizes={"test": 12}, seed=1)["test"])
-    adapter = tmp_path / "models" / "round1" / "adapter"
+    adapter = tmp_path / "models" / "sft-round1" / "adapter"
 
     def generate(backend, output):
         return generate_chunk(

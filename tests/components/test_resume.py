@@ -1,10 +1,12 @@
 """A training killed mid-way resumes from its last Trainer checkpoint and ends with an uninterrupted run's weights
 (real peft + TRL trainers, tiny model): SFT killed with SIGKILL, for a LoRA and for a full fine-tune; every method
 (SFT, DPO, KTO, GRPO) stopped after a checkpoint at an epoch's end, inside a later epoch or at its last step, with and
-without gradient accumulation; GRPO's order of problems by epoch."""
+without gradient accumulation; every method with the default schedule (a checkpoint by time, none by steps) stopped
+by Ctrl-C after a checkpoint; GRPO's order of problems by epoch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -223,31 +225,55 @@ def logged_steps(metrics: dict) -> list[dict]:
     ]
 
 
+class StepClock:
+    """The checkpoint timer's clock in a test: each training step takes ``minutes_per_step`` (so when a checkpoint
+    is saved does not depend on the machine's speed)."""
+
+    def __init__(self, minutes_per_step: float):
+        self.now, self.step_seconds = 0.0, 60 * minutes_per_step
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture()
 def train_method(monkeypatch):
-    """``train(method, run, options, kill_after=None)``: a round in this process that logs every step, stopped by
-    ``Killed`` right after checkpoint ``kill_after`` is saved."""
+    """``train(method, run, options, kill_after=None, interrupt_at=None, minutes_per_step=None, saves=None)``: a round
+    in this process that logs every step, stopped by ``Killed`` right after checkpoint ``kill_after`` is saved or by
+    Ctrl-C (KeyboardInterrupt) at the end of step ``interrupt_at``; with ``minutes_per_step``, the checkpoint timer's
+    clock says each step took that long (``StepClock``); ``saves`` gets the step of each checkpoint saved."""
     from transformers import TrainerCallback
 
     from snakeskills.training import trainer as trainer_module
     from snakeskills.training.rounds import train_round
 
     class EveryStep(TrainerCallback):
-        def __init__(self, kill_after):
-            self.kill_after = kill_after
+        def __init__(self, kill_after, interrupt_at, clock, saves):
+            self.kill_after, self.interrupt_at, self.clock, self.saves = kill_after, interrupt_at, clock, saves
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.clock is not None:
+                self.clock.now += self.clock.step_seconds
 
         def on_step_end(self, args, state, control, **kwargs):
             control.should_log = True  # every step's loss and gradient norm in the log history
+            if state.global_step == self.interrupt_at:
+                raise KeyboardInterrupt
 
         def on_save(self, args, state, control, **kwargs):
+            self.saves.append(state.global_step)
             if state.global_step == self.kill_after:
                 raise Killed(f"after checkpoint-{state.global_step}")
 
-    def train(method, run, options, kill_after=None):
+    def train(method, run, options, kill_after=None, interrupt_at=None, minutes_per_step=None, saves=None):
         original = trainer_module.run_trainer
+        clock = StepClock(minutes_per_step) if minutes_per_step is not None else None
 
         def run_trainer(trainer, resume_from, num_examples):
-            trainer.add_callback(EveryStep(kill_after))
+            if clock is not None:
+                (timer,) = [callback for callback in trainer.callback_handler.callbacks if hasattr(callback, "clock")]
+                timer.clock = clock
+            trainer.add_callback(EveryStep(kill_after, interrupt_at, clock, [] if saves is None else saves))
             return original(trainer, resume_from, num_examples)
 
         with monkeypatch.context() as patch:
@@ -294,6 +320,50 @@ def test_a_training_stopped_after_any_checkpoint_resumes_to_the_uninterrupted_we
         assert weights.keys() == expected_weights.keys()
         differing = [name for name in weights if not torch.equal(weights[name], expected_weights[name])]
         assert not differing, f"killed after checkpoint {kill_after}: {differing}"
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo", "kto", "grpo"])
+def test_with_the_default_schedule_a_training_saves_by_time_and_resumes_after_ctrl_c(
+    tiny_checkpoint, tmp_path, train_method, method
+):
+    """The defaults save a checkpoint every checkpoint_minutes (10) of training and none by steps: with steps of 4
+    minutes (the timer's clock driven by the steps), at steps 3 and 6, not at the last. Ctrl-C at step 5 says what
+    was kept; the rerun resumes from checkpoint 3 (saves again 10 minutes after it resumed) and ends with the weights
+    and every step's loss of a run that saved no checkpoint."""
+    import torch
+
+    from snakeskills.training.checkpoints import TrainingInterrupted
+
+    data = tmp_path / "data.jsonl"
+    write_jsonl(data, method_data(method))
+    options = method_options(method)
+    steps = 8 if method == "grpo" else 9
+    run = method_round(tiny_checkpoint, data, tmp_path / "default" / "adapter", method, 1)
+    run.training = training_section(**{key: run.training[key] for key in ("num_epochs", "learning_rate", "batch_size")})
+    assert (run.training["checkpoint_minutes"], run.training["checkpoint_steps"]) == (10, 0), "the defaults"
+
+    unsaved = dataclasses.replace(run, output_dir=str(tmp_path / "unsaved" / "adapter"))
+    unsaved.training = {**run.training, "checkpoint_minutes": 0}
+    whole_saves, interrupted_saves, resumed_saves = [], [], []
+    whole = train_method(method, unsaved, options, minutes_per_step=4, saves=whole_saves)
+    assert whole["global_step"] == steps and whole_saves == []
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        train_method(method, run, options, interrupt_at=5, minutes_per_step=4, saves=interrupted_saves)
+    assert interrupted_saves == [3]
+    assert str(interrupted.value).startswith(
+        f"training interrupted (Ctrl-C) at step 5 of {steps} ({round(500 / steps)} %); kept: the checkpoint of step 3, "
+        "saved "
+    )
+    assert str(interrupted.value).endswith("ago; rerunning the same command resumes from step 3")
+    resumed = train_method(method, run, options, minutes_per_step=4, saves=resumed_saves)
+    assert resumed["resumed_from_checkpoint"].endswith("checkpoint-3") and resumed_saves == [6]
+    assert logged_steps(resumed) == logged_steps(whole)
+    expected, weights = (
+        _tuned_weights(tmp_path / "unsaved" / "adapter"),
+        _tuned_weights(tmp_path / "default" / "adapter"),
+    )
+    assert weights.keys() == expected.keys()
+    assert not [name for name in weights if not torch.equal(weights[name], expected[name])]
 
 
 def test_grpo_draws_each_epochs_order_from_the_seed_as_an_uninterrupted_run_draws_it():

@@ -104,13 +104,13 @@ def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_
 
     mode = {"num_entries": 20, "symbolic_correct": 10.0}
     metrics_paths, problem_paths = [], []
-    for model in ("base", "round1"):
+    for model in ("base", "sft-round1"):
         metrics_paths.append(tmp_path / f"{model}.json")
         write_json(metrics_paths[-1], {"add": {"pass@1[avg-of-2]": mode, "majority@2": mode, "pass@2": mode}})
         problem_paths.append(tmp_path / f"{model}-problems.jsonl")
         write_jsonl(problem_paths[-1], [{"id": str(i), "samples": 2, "symbolic_correct": i % 2} for i in range(20)])
     comparison = {
-        "runs": [("base", "add"), ("round1", "add")],
+        "runs": [("base", "add"), ("sft-round1", "add")],
         "metrics_paths": metrics_paths,
         "problem_paths": problem_paths,
         "flips_path": tmp_path / "flips.tsv",

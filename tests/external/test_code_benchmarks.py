@@ -681,7 +681,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     targets = [
         f"results/{config['experiment']}/metrics/{model}/humaneval/test/metrics.json",
         f"results/{config['experiment']}/metrics/{model}/apps/test/metrics.json",
-        f"results/{config['experiment']}/sft/round1/data.jsonl",  # MBPP's train split, 2 seeds
+        f"results/{config['experiment']}/sft/sft-round1/data.jsonl",  # MBPP's train split, 2 seeds
     ]
     process = run_snakemake(tmp_path, "--cores", "2", *targets, configfile=configfile, timeout=900)
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
@@ -711,7 +711,7 @@ def test_a_real_model_writes_programs_that_the_tests_judge(tmp_path, smollm2):
     metrics = json.loads((results / "metrics" / model / "humaneval/test/metrics.json").read_text())["humaneval"]
     assert metrics["pass@1"]["num_entries"] == len(HUMANEVAL_TEST)
     assert PASSED in statuses, "the model solves HumanEval/53 (add) as sampled here"
-    sft_rows = read_jsonl(results / "sft/round1/data.jsonl")
+    sft_rows = read_jsonl(results / "sft/sft-round1/data.jsonl")
     assert sft_rows, "a train program passed (sft_data stops when none does)"
     assert {row["id"] for row in sft_rows} <= {row["id"] for row in judged["mbpp/train"] if row["symbolic_correct"]}
     for row in sft_rows:

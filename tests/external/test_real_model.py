@@ -322,7 +322,7 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
         for number, word in enumerate(CODE_WORDS)
     ]
     write_jsonl(tmp_path / "data.jsonl", records)
-    output = tmp_path / "round1" / "checkpoint"
+    output = tmp_path / "sft-round1" / "checkpoint"
     metrics = train_sft(
         RoundRun(
             weights="full",
@@ -368,3 +368,16 @@ def test_full_fine_tune_is_a_checkpoint_that_hf_and_an_openai_server_load(smollm
     finally:
         server.stop()
     assert sum(word in answer for answer, word in zip(served_answers, CODE_WORDS, strict=False)) >= 3, served_answers
+
+
+def test_the_converted_model_says_it_is_a_dequantised_q4_1_file(smollm2, capsys):
+    """The packaged GGUF's tensors are 4-bit (Q4_1, as PackagedModel.quantization says), and the command that
+    converts it tells the user the folder holds that file's dequantised values, not the original weights."""
+    from snakeskills.models.pretrained import PACKAGED_MODELS, cache_directory, gguf_tensor_types, main
+
+    model = PACKAGED_MODELS["smollm2-135m-instruct"]
+    types_of_tensors = gguf_tensor_types(cache_directory() / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert next(iter(types_of_tensors)) == model.quantization == "Q4_1"
+    main(["smollm2-135m-instruct"])
+    printed = capsys.readouterr().out
+    assert "quantised to 4 bits (Q4_1)" in printed and "dequantised, not the original bfloat16 weights" in printed

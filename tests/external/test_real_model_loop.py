@@ -59,7 +59,7 @@ def rows(path) -> list[dict]:
 def test_tuned_real_model_gains_on_held_out_problems(real_run):
     summary = json.loads((real_run / "eval/summary.json").read_text())
     base = summary[BASE]["arithmetic"]["pass@1[avg-of-2]"]
-    tuned = summary["round1"]["arithmetic"]["pass@1[avg-of-2]"]
+    tuned = summary["sft-round1"]["arithmetic"]["pass@1[avg-of-2]"]
     assert base["num_entries"] == tuned["num_entries"] == 96
     assert tuned["symbolic_correct"] - base["symbolic_correct"] >= 20, (base, tuned)
     assert tuned["truncated"] < base["truncated"], "the tuned model learned to end its answers"
@@ -67,7 +67,7 @@ def test_tuned_real_model_gains_on_held_out_problems(real_run):
 
 def test_prompts_are_rendered_with_the_models_chat_template(real_run):
     logs = sorted((real_run / "logs/generate").rglob("*.log"))
-    assert len(logs) == 4 + 2 * 2  # base: 4 train seeds, 2 test seeds; round1: 2 test seeds
+    assert len(logs) == 4 + 2 * 2  # base: 4 train seeds, 2 test seeds; sft-round1: 2 test seeds
     for log in logs:
         match = re.search(
             r"model input of the first row \(\d+ tokens, ids start \[([\d, ]+)\]\): (.*)$", log.read_text(), re.M
@@ -82,7 +82,7 @@ def test_prompts_are_rendered_with_the_models_chat_template(real_run):
 
 
 def test_most_rows_end_by_eos(real_run):
-    for model in (BASE, "round1"):
+    for model in (BASE, "sft-round1"):
         generated = [
             row for seed in (0, 1) for row in rows(real_run / f"judge/{model}/arithmetic/test/output-rs{seed}.jsonl")
         ]
@@ -94,8 +94,8 @@ def test_most_rows_end_by_eos(real_run):
 def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     start, eos = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.eos_token_id
-    examples = rows(real_run / "sft/round1/data.jsonl")
-    stats = json.loads((real_run / "sft/round1/stats.json").read_text())
+    examples = rows(real_run / "sft/sft-round1/data.jsonl")
+    stats = json.loads((real_run / "sft/sft-round1/stats.json").read_text())
     assert len(examples) == stats["kept"] >= 20
     prepared = [
         to_prompt_completion(record, chat_template=True, chat_template_kwargs={}, tokenizer=tokenizer)
@@ -109,7 +109,7 @@ def test_sft_examples_learn_the_assistant_turn_and_its_eos(real_run, smollm2, tm
         assert row["labels"][:prompt_length] == [IGNORE_INDEX] * prompt_length
         learned = row["labels"][prompt_length:]
         assert learned[-1] == eos and tokenizer.decode(learned[:-1]) == record["messages"][-1]["content"]
-    metrics = json.loads((real_run / "models/round1/adapter/training_metrics.json").read_text())
+    metrics = json.loads((real_run / "models/sft-round1/adapter/training_metrics.json").read_text())
     assert metrics["num_examples"] == len(examples)
 
 
@@ -135,7 +135,7 @@ def test_long_jobs_log_how_far_along_they_are(real_run):
         ]
         gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(stamps)]
         assert len(stamps) >= 2 and max(gaps) <= 30, (log, gaps)
-    sft_log = (real_run / "logs/sft/round1.log").read_text()
+    sft_log = (real_run / "logs/sft/sft-round1.log").read_text()
     step_line = r"step (\d+)/(\d+), loss [\d.]+, learning rate [\d.e-]+, [\d.]+ examples/s, elapsed \w+, ETA \w+$"
     steps = re.findall(step_line, sft_log, re.M)
     done = [int(step) for step, _ in steps]

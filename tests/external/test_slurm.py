@@ -31,6 +31,8 @@ SETUP = REPO / "tests/external/slurm/setup-slurm.sh"
 # the test cluster's settings, a profile of their own given after profiles/slurm as a site gives its own
 TEST_CLUSTER_PROFILE = "tests/external/slurm"
 EXAMPLE = REPO / "config/examples/qwen2.5-1.5b-instruct-gsm8k-math500.yaml"
+# sft, dpo, kto and grpo side by side on the tiny model
+METHODS_EXAMPLE = REPO / "config/examples/tiny-arithmetic-sft-dpo-kto-grpo.yaml"
 # the README's plan on SLURM, typed at the project's root
 PLAN_ON_SLURM = "python3 -m snakemake --profile slurm -n"
 RESULTS = "results/tiny-arithmetic"
@@ -42,6 +44,8 @@ LOCAL = {"merge_judged", "eval", "report", "settings"}  # report: the plots; set
 GPU_RULES = {"generate", "sft"}
 # the environment a user's login shell may carry that would point sbatch elsewhere
 SLURM_VARIABLES = ("SBATCH_PARTITION", "SBATCH_ACCOUNT", "SLURM_JOB_ID", "SLURM_CONF")
+# SLURM's client programs: a machine without SLURM has none of them
+SLURM_TOOLS = ("sbatch", "srun", "salloc", "squeue", "sinfo", "sacct", "sacctmgr", "scontrol", "scancel", "sstat")
 
 
 def small_config(path: Path) -> Path:
@@ -65,6 +69,27 @@ def login_node(tmp_path: Path) -> dict:
     (folder / "sbatch").chmod(0o755)
     environment = clean_environment()
     environment["PATH"] = f"{folder}{os.pathsep}{environment['PATH']}"
+    return environment
+
+
+def laptop(tmp_path: Path) -> dict:
+    """The environment of a machine without SLURM and without GPUs (a laptop where a user prepares a cluster's run):
+    no GPU visible and none of SLURM's programs on PATH. A folder of PATH that holds one (/usr/bin where SLURM is
+    installed, as on this test machine) is replaced by one of links to its other programs."""
+    environment = clean_environment()
+    environment["CUDA_VISIBLE_DEVICES"] = ""
+    folders = []
+    for index, folder in enumerate(environment["PATH"].split(os.pathsep)):
+        if folder and any(os.path.exists(os.path.join(folder, tool)) for tool in SLURM_TOOLS):
+            without = tmp_path / "laptop-bin" / str(index)
+            without.mkdir(parents=True)
+            for program in os.scandir(folder):
+                if program.name not in SLURM_TOOLS:
+                    (without / program.name).symlink_to(program.path)
+            folder = str(without)
+        folders.append(folder)
+    environment["PATH"] = os.pathsep.join(folders)
+    assert shutil.which("sbatch", path=environment["PATH"]) is None
     return environment
 
 
@@ -120,7 +145,7 @@ def test_pipeline_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     assert process.returncode == 0, output[-6000:]
     assert "has been submitted with SLURM jobid" in output
     summary = json.loads((workdir / RESULTS / "eval/summary.json").read_text())
-    assert list(summary) == ["base", "round1"]
+    assert list(summary) == ["base", "sft-round1"]
 
     logged = slurm_job_ids(workdir / RESULTS / "logs")
     assert set(logged) == SUBMITTED | LOCAL, "every rule's logs are accounted for"
@@ -133,7 +158,7 @@ def test_pipeline_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     # generate and judge go out together: one submission per (model, benchmark, split) here
     generate_jobs = set(logged["generate"].values())
     assert set(logged["judge"].values()) == generate_jobs
-    assert len(generate_jobs) == 3, "base/train, base/test and round1/test groups"
+    assert len(generate_jobs) == 3, "base/train, base/test and sft-round1/test groups"
 
     all_jobs = {job_id for rule in SUBMITTED for job_id in logged[rule].values()}
     accounting = sacct(all_jobs)
@@ -212,6 +237,40 @@ def test_the_readme_plans_the_demo_on_slurm_from_a_fresh_clone(tmp_path):
         for line in resources[rule]:
             assert has_resources(line, threads=min(threads, cores), mem_mb=mem_mb, runtime=runtime), (rule, line)
             assert "gpu" not in line, (rule, line)
+
+
+def test_the_plan_on_slurm_is_the_clusters_on_a_laptop_without_slurm(tmp_path):
+    """docs/cluster.md's dry run on a machine without SLURM (no sbatch) and without GPUs: the profile's executor
+    (slurm) makes the plan the cluster's, wherever it is made. The model jobs ask for the GPU they get on the cluster,
+    and a config that names a GPU device (generation.device: cuda; here the training methods' example, so that every
+    training rule's GPU request is shown) plans; the same config's local plan there is refused, naming the key."""
+    clone = fresh_clone(tmp_path / "clone")
+    environment = laptop(tmp_path)
+    process = run_command(clone, PLAN_ON_SLURM, env=environment)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    for rule in ("generate", "sft"):
+        assert resources[rule], f"no {rule} jobs listed: {output[-3000:]}"
+        assert all(has_resources(line, gpu=1, cpus_per_gpu=8) for line in resources[rule]), (rule, resources[rule])
+    assert resources["judge"] and not any("gpu" in line for line in resources["judge"]), resources["judge"]
+
+    config = yaml.safe_load(METHODS_EXAMPLE.read_text())
+    config["generation"]["device"] = "cuda"
+    on_cuda = write_config(tmp_path / "cuda.yaml", config)
+    process = run_command(clone, f"{PLAN_ON_SLURM} --configfile {on_cuda}", env=environment)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    for rule in ("generate", "sft", "dpo", "kto", "grpo"):
+        assert resources[rule], f"no {rule} jobs listed: {output[-3000:]}"
+        assert all(has_resources(line, gpu=1, cpus_per_gpu=8) for line in resources[rule]), (rule, resources[rule])
+    for rule in ("preference_pairs", "kto_samples", "rl_problems"):
+        assert resources[rule] and all(has_resources(line, mem_mb=4000, runtime=30) for line in resources[rule])
+
+    process = run_command(clone, f"python3 -m snakemake -n --configfile {on_cuda}", env=environment)
+    assert process.returncode != 0
+    assert "config key generation.device is 'cuda', but this machine has no GPU" in process.stdout + process.stderr
 
 
 def test_a_sites_profile_after_it_replaces_only_its_own_keys(tmp_path):

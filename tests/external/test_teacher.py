@@ -72,9 +72,13 @@ def test_comparison_says_how_much_of_the_teachers_lead_each_round_closed():
         modes = ("pass@1[avg-of-2]", "majority@2", "pass@2")
         return {mode: {"num_entries": 10, "symbolic_correct": score} for mode in modes}
 
-    summary = {"base": {"sums": metrics(20.0)}, "round1": {"sums": metrics(35.0)}, "teacher": {"sums": metrics(50.0)}}
+    summary = {
+        "base": {"sums": metrics(20.0)},
+        "sft-round1": {"sums": metrics(35.0)},
+        "teacher": {"sums": metrics(50.0)},
+    }
     table = format_comparison(summary, "base", "teacher")
-    gain = "round1 vs base on sums: pass@1[avg-of-2] symbolic_correct +15.00 points (50% of the teacher's +30.00)"
+    gain = "sft-round1 vs base on sums: pass@1[avg-of-2] symbolic_correct +15.00 points (50% of the teacher's +30.00)"
     assert gain in table
     assert "teacher vs base on sums: pass@1[avg-of-2] symbolic_correct +30.00 points" in table.splitlines()[-1]
     assert "teacher's" not in format_comparison(summary, "base")
@@ -135,11 +139,11 @@ def test_student_gains_on_held_out_problems_from_a_real_teacher(teacher_run):
     results = workdir / RESULTS
     summary = json.loads((results / "eval/summary.json").read_text())
     score = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
-    assert list(summary) == ["base", "round1", "round2", "teacher"]
+    assert list(summary) == ["base", "sft-round1", "sft-round2", "teacher"]
     assert score["teacher"] - score["base"] >= 10, score
-    assert score["round1"] - score["base"] >= 10, score
+    assert score["sft-round1"] - score["base"] >= 10, score
     table = (results / "eval/summary.txt").read_text()
-    assert re.search(r"round1 vs base on arithmetic: .* points \(\d+% of the teacher's \+[\d.]+\)", table), table
+    assert re.search(r"sft-round1 vs base on arithmetic: .* points \(\d+% of the teacher's \+[\d.]+\)", table), table
 
 
 @pytest.mark.slow
@@ -160,7 +164,7 @@ def test_teacher_text_is_retokenized_for_the_student(teacher_run):
 
     workdir, *_ = teacher_run
     results = workdir / RESULTS
-    records = [json.loads(line) for line in (results / "sft/round1/data.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (results / "sft/sft-round1/data.jsonl").read_text().splitlines()]
     assert records and {record["generated_by"] for record in records} == {"teacher"}
     # the student's prompt (no chat template, no system message), answered with the teacher's text
     assert records[0]["messages"][0] == {"role": "user", "content": f"{records[0]['problem']}="}
@@ -168,7 +172,7 @@ def test_teacher_text_is_retokenized_for_the_student(teacher_run):
     teacher_rows = [json.loads(line) for line in generated.read_text().splitlines()]
     assert {record["messages"][-1]["content"] for record in records} <= {row["generation"] for row in teacher_rows}
     # the teacher's tokens (SmolLM2's vocabulary) never reach the student: its own tokenizer encodes the text
-    student = AutoTokenizer.from_pretrained(results / "models/round1/adapter")
+    student = AutoTokenizer.from_pretrained(results / "models/sft-round1/adapter")
     assert len(student) < 128
     for record in records:
         example = to_prompt_completion(record, chat_template=False, chat_template_kwargs={}, tokenizer=student)
@@ -184,13 +188,15 @@ def test_teacher_text_is_retokenized_for_the_student(teacher_run):
 def test_teacher_samples_are_made_once_and_reused_by_later_rounds(teacher_run, tmp_path):
     workdir, configfile, _ = teacher_run
     results = workdir / RESULTS
-    round2 = json.loads((results / "sft/round2/stats.json").read_text())
-    assert round2["kept_by_source"]["teacher"] == json.loads((results / "sft/round1/stats.json").read_text())["kept"]
-    assert round2["kept_by_source"]["round1"] > 0
+    round2 = json.loads((results / "sft/sft-round2/stats.json").read_text())
+    assert (
+        round2["kept_by_source"]["teacher"] == json.loads((results / "sft/sft-round1/stats.json").read_text())["kept"]
+    )
+    assert round2["kept_by_source"]["sft-round1"] > 0
     assert len(list((results / "logs/generate/teacher/arithmetic/train").rglob("*.log"))) == 1
     # a third round (the server is gone) reuses the teacher's files: no teacher job is planned
     config = yaml.safe_load(configfile.read_text())
     config["rounds"] = 3
     jobs = planned_jobs(workdir, write_config(tmp_path / "three-rounds.yaml", config))
     assert not [job for job in jobs if job["wildcards"].get("model") == "teacher"]
-    assert sft_data_models(jobs, "round3") == ["teacher", "round2"]
+    assert sft_data_models(jobs, "sft-round3") == ["teacher", "sft-round2"]

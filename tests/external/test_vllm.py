@@ -40,7 +40,7 @@ def vllm_python():
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory, vllm_python):
     """The embedded default with every model job on vLLM-CPU, plus an LLM judge of the eval samples on vLLM
-    (the tuned round judged by the base model: a real model behind the judge's prompt) and a merged round1."""
+    (the tuned round judged by the base model: a real model behind the judge's prompt) and a merged sft-round1."""
     workdir = tmp_path_factory.mktemp("vllm-run")
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     config["generation"] = {**config["generation"], **VLLM_GENERATION}
@@ -188,20 +188,20 @@ def test_the_environment_s_lora_plugin_replaces_vllm_s_cpu_kernels_with_equal_on
 def test_the_whole_loop_on_vllm_gains_as_on_hf(vllm_run):
     summary = json.loads((vllm_run / RESULTS / "eval/summary.json").read_text())
     base = summary["base"]["arithmetic"]["pass@1[avg-of-4]"]
-    tuned = summary["round1"]["arithmetic"]["pass@1[avg-of-4]"]
-    paired = summary["round1"]["arithmetic/paired_gain"]
+    tuned = summary["sft-round1"]["arithmetic"]["pass@1[avg-of-4]"]
+    paired = summary["sft-round1"]["arithmetic/paired_gain"]
     assert base["num_entries"] == tuned["num_entries"] == 500
     # the hf backend's demo gains 47.65 here; vLLM samples with its own random streams, so the training data and
     # the trajectory differ, and the assertion is the one test_end_to_end makes of hf
     assert tuned["symbolic_correct"] - base["symbolic_correct"] >= 30, summary
     assert paired["ci_low"] > 0
-    # one load per model (base; base + round1's adapter), on vLLM, on the CPU, shared by all of its jobs
+    # one load per model (base; base + sft-round1's adapter), on vLLM, on the CPU, shared by all of its jobs
     logs = server_logs(vllm_run)
     loads = [line for log in logs for line in log.splitlines() if "with vLLM on the CPU" in line]
     assert len(loads) == 2, loads
-    assert sum("+ adapter" in line and "round1/adapter" in line for line in loads) == 1
+    assert sum("+ adapter" in line and "sft-round1/adapter" in line for line in loads) == 1
     generate_logs = list((vllm_run / RESULTS / "logs/generate").rglob("*.log"))
-    assert len(generate_logs) == 2 * 4 * 2 + 4 * 2  # base: train and test; round1: test (4 seeds x 2 chunks)
+    assert len(generate_logs) == 2 * 4 * 2 + 4 * 2  # base: train and test; sft-round1: test (4 seeds x 2 chunks)
     assert all("serves this job" in log.read_text() for log in generate_logs)
 
 
@@ -317,8 +317,8 @@ def base_model_on_vllm(vllm_run, vllm_python) -> dict[str, list[str]]:
 def test_a_merged_checkpoint_generates_on_vllm_as_base_plus_adapter(vllm_run, vllm_python, base_model_on_vllm):
     models = vllm_run / RESULTS / "models"
     asked = (ADDITIONS, 0.0)
-    [with_adapter] = vllm_generations(vllm_python, models / "base/checkpoint", models / "round1/adapter", asked)
-    [merged] = vllm_generations(vllm_python, models / "round1/merged", None, asked)
+    [with_adapter] = vllm_generations(vllm_python, models / "base/checkpoint", models / "sft-round1/adapter", asked)
+    [merged] = vllm_generations(vllm_python, models / "sft-round1/merged", None, asked)
     assert with_adapter == merged
     assert with_adapter != base_model_on_vllm["additions"]  # the adapter is applied, not ignored
     assert sum(text.startswith("\\boxed{") for text in with_adapter) >= 5
@@ -360,11 +360,11 @@ def test_vllm_serve_as_teacher_and_llm_judge(vllm_run, vllm_python, tmp_path):
     assert len(chunks) == 4 and len(teacher_rows) == 400 * 4  # the teacher's own train_num_seeds (4)
     solved = sum(row["symbolic_correct"] for row in teacher_rows) / len(teacher_rows)
     assert solved > 0.1, solved  # the bootstrapped model adds about a quarter of these right
-    stats = json.loads((results / "sft/round1/stats.json").read_text())
+    stats = json.loads((results / "sft/sft-round1/stats.json").read_text())
     assert stats["kept_by_source"]["teacher"] > 0, stats
     llm_rows = [row for path in (results / "judge-llm").rglob("*.jsonl") for row in read_jsonl(path)]
-    tuned = [row for path in (results / "judge-llm/round1").rglob("*.jsonl") for row in read_jsonl(path)]
-    assert len(tuned) == 2 * 100  # round1's eval samples, 2 seeds
+    tuned = [row for path in (results / "judge-llm/sft-round1").rglob("*.jsonl") for row in read_jsonl(path)]
+    assert len(tuned) == 2 * 100  # sft-round1's eval samples, 2 seeds
     assert all(isinstance(row["judgement"], str) for row in llm_rows)
     served = server.log.read_text()
     assert "POST /v1/completions" in served
@@ -383,7 +383,7 @@ def test_the_llm_judge_on_vllm(vllm_run, tmp_path):
         }
     }
     configfile = write_config(tmp_path / "config.yaml", config)
-    # the base model's eval chunks (round1's would wait for a new round: the judge section is part of its data)
+    # the base model's eval chunks (sft-round1's would wait for a new round: the judge section is part of its data)
     targets = [
         f"{RESULTS}/judge-llm/base/arithmetic/test/rs{seed}/chunk{c}-of-2.jsonl" for seed in range(4) for c in (0, 1)
     ]

@@ -1,4 +1,4 @@
-"""The per-chunk jobs' command line (snakeskills.cli) and how settings reach it through a shell."""
+"""The per-chunk jobs' command line (snakeskills.cli) and how settings reach it through a shell; the samples command."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from snakemake.utils import format as snakemake_format
 from snakeskills.cli import parse_wildcards
 from snakeskills.io import read_jsonl, write_json, write_jsonl
 from snakeskills.job import JobSettings
+from snakeskills.plan.layout import Layout
 
 
 def test_parse_wildcards_reads_snakemakes_form():
-    text = "benchmark=gsm8k,chunk=3,model=round1,num_chunks=10,seed=7,split=test"
+    text = "benchmark=gsm8k,chunk=3,model=sft-round1,num_chunks=10,seed=7,split=test"
     assert parse_wildcards(text) == {
         "benchmark": "gsm8k",
         "chunk": "3",
-        "model": "round1",
+        "model": "sft-round1",
         "num_chunks": "10",
         "seed": "7",
         "split": "test",
@@ -137,3 +138,79 @@ def test_bad_settings_fail_naming_the_argument_or_file(tmp_path):
     assert process.returncode == 1
     assert f"{settings_file}: settings file lacks split, model_path, adapter_path, prompt" in process.stderr
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# ---------------------------------------------------------------- samples: judged samples for people to read
+
+
+def write_judged(results, model: str, benchmark: str, rows: list[dict], split: str = "test", seed: int = 0) -> None:
+    write_jsonl(results / Layout().judged.format(model=model, benchmark=benchmark, split=split, seed=seed), rows)
+
+
+def judged(index: int, correct: bool, **extra) -> dict:
+    row = {"id": f"p{index}", "problem": f"{index}+{index}", "expected_answer": str(2 * index)}
+    answer = str(2 * index) if correct else "0"
+    row.update(generation=f"so \\boxed{{{answer}}}", predicted_answer=answer, symbolic_correct=correct)
+    return {**row, **extra}
+
+
+@pytest.fixture
+def sample_results(tmp_path):
+    results = tmp_path / "results" / "exp"
+    rows = [judged(index, index % 3 == 0, extraction_route="boxed") for index in range(9)]
+    write_judged(results, "base", "add", rows)
+    write_judged(results, "sft-round1", "add", [judged(index, True) for index in range(3)])  # judged before routes
+    return results
+
+
+def test_samples_prints_chosen_samples_of_a_results_folder(sample_results):
+    process = run_cli("samples", str(sample_results), "--model", "base", "--verdict", "incorrect", "--limit", "3")
+    assert process.returncode == 0, process.stderr
+    out = process.stdout
+    assert "base on add (test): 3 of 6 incorrect shown; 9 samples in all; chosen with seed 0" in out
+    assert out.count("INCORRECT") == 3 and "CORRECT " not in out.replace("INCORRECT", "")
+    assert "route: boxed" in out and "verdict: incorrect" in out and "sft-round1" not in out
+    # the same samples again from `results`, the folder of its one experiment
+    again = run_cli("samples", str(sample_results.parent), "--model", "base", "--verdict", "incorrect", "--limit", "3")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == out
+    # records judged before extraction_route was recorded show a dash
+    older = run_cli("samples", str(sample_results), "--model", "sft-round1")
+    assert "route: -" in older.stdout and "2 of 3 correct shown; chosen" in older.stdout
+
+
+def test_samples_cuts_long_texts_unless_full(sample_results):
+    write_judged(sample_results, "base", "long", [judged(1, True, generation="a" * 3000 + " \\boxed{2}")])
+    cut = run_cli("samples", str(sample_results), "--benchmark", "long", "--max-chars", "100")
+    assert cut.returncode == 0, cut.stderr
+    assert "characters cut; --full shows them" in cut.stdout and "a" * 100 not in cut.stdout
+    full = run_cli("samples", str(sample_results), "--benchmark", "long", "--full")
+    assert "a" * 3000 + " \\boxed{2}" in full.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--model", "bse"], "no model 'bse' in {results}; models there: base, sft-round1"),
+        (["--benchmark", "gsm8k"], "no benchmark 'gsm8k' in {results}; benchmarks there: add"),
+        (["--split", "train"], "no split 'train' in {results}; splits there: test"),
+        (
+            ["--model", "sft-round1", "--verdict", "incorrect"],
+            "no judged samples match verdict incorrect; what there is:\n"
+            "  sft-round1 on add (test): 3 samples, 3 correct, 0 incorrect; routes: - 3",
+        ),
+        (["--route", "regex", "--model", "base"], "no judged samples match route 'regex'"),
+    ],
+)
+def test_samples_errors_say_what_there_is(sample_results, arguments, message):
+    process = run_cli("samples", str(sample_results), *arguments)
+    assert process.returncode == 1 and process.stdout == ""
+    assert message.format(results=sample_results) in process.stderr
+
+
+def test_samples_names_a_missing_results_folder(tmp_path):
+    process = run_cli("samples", str(tmp_path / "nowhere"))
+    assert process.returncode == 1
+    assert f"snakeskills error: no results folder {tmp_path / 'nowhere'}" in process.stderr
+    bad = run_cli("samples", str(tmp_path), "--limit", "0")
+    assert bad.returncode == 2 and "--limit: must be at least 1; got 0" in bad.stderr

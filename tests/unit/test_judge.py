@@ -227,7 +227,9 @@ def test_exact_equivalence_needs_no_workers():
 def test_judge_records_keeps_records_and_uses_regex_fallback():
     record = {"id": "t-1", "problem": "37+48", "expected_answer": "85", "generation": "Final answer: 85"}
     judged = judge_records([record], {**JUDGE, "regex": r"Final answer: (\S+)"}, num_workers=1)
-    assert judged == [{**record, "predicted_answer": "85", "symbolic_correct": True}]
+    assert judged == [
+        {**record, "predicted_answer": "85", "symbolic_correct": True, "extraction_route": "regex fallback"}
+    ]
     assert "predicted_answer" not in record  # input left untouched
 
 

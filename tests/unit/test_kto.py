@@ -137,7 +137,7 @@ def test_the_example_lists_kto_and_its_rounds_are_named_for_it():
     plan = Plan(config, Layout.under("results/x"))
     assert "kto-round1" in plan.tuned_models and plan.parent_model("kto-round1") == "base"
     assert plan.training_data_stats("kto-round1") == "results/x/kto/kto-round1/stats.json"
-    assert ("kto-round1", "round1") in plan.method_comparisons()
+    assert ("kto-round1", "sft-round1") in plan.method_comparisons()
 
 
 @pytest.mark.parametrize(

@@ -254,7 +254,7 @@ def test_named_metrics_in_metrics_json_the_tables_and_not_among_the_reports_benc
         "by_level": {"function": "by_field", "options": {"field": "level"}, "key": "metrics.by_level"},
     }
     runs, metrics_paths = [], []
-    for model, correct in (("base", [[False, True], [False, False]]), ("round1", [[True, True], [True, False]])):
+    for model, correct in (("base", [[False, True], [False, False]]), ("sft-round1", [[True, True], [True, False]])):
         paths = write_seed_files(tmp_path / model, rows(correct, level=[1, 2]))
         metrics_path = tmp_path / model / "metrics.json"
         table = write_benchmark_summary(
@@ -282,11 +282,11 @@ def test_named_metrics_in_metrics_json_the_tables_and_not_among_the_reports_benc
         flips_path=tmp_path / "flips.tsv",
     )
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert list(summary["round1"]) == ["math", "math/reliable", "math/by_level", "math/paired_gain"]
+    assert list(summary["sft-round1"]) == ["math", "math/reliable", "math/by_level", "math/paired_gain"]
     assert _benchmarks(summary) == ["math"], "the report plots benchmarks only"
-    assert "round1 vs base on math: pass@1[avg-of-2] symbolic_correct +50.00 points" in comparison
+    assert "sft-round1 vs base on math: pass@1[avg-of-2] symbolic_correct +50.00 points" in comparison
     lines = comparison.splitlines()
-    assert "math/reliable | base  | round1" in lines
+    assert "math/reliable | base  | sft-round1" in lines
     assert "pass^2        | 0.00  | 50.00" in lines
     assert "2 / pass@1[avg-of-2] | 0.00   | 50.00" in lines
-    assert math.isclose(summary["round1"]["math/by_level"]["1"]["pass@2"], 100.0)
+    assert math.isclose(summary["sft-round1"]["math/by_level"]["1"]["pass@2"], 100.0)

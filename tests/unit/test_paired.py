@@ -72,7 +72,7 @@ def test_problems_that_differ_stop_with_both_files_named(tmp_path):
     write_jsonl(tmp_path / "base.jsonl", [{"id": "a", "samples": 1, "symbolic_correct": 1}])
     write_jsonl(tmp_path / "tuned.jsonl", [{"id": "b", "samples": 1, "symbolic_correct": 1}])
     with pytest.raises(SnakeskillsError, match=r"tuned\.jsonl against .*base\.jsonl: .*problem ids differ"):
-        compare("round1", "base", "math", tmp_path / "base.jsonl", tmp_path / "tuned.jsonl")
+        compare("sft-round1", "base", "math", tmp_path / "base.jsonl", tmp_path / "tuned.jsonl")
     write_jsonl(tmp_path / "bad.jsonl", [{"id": "a", "samples": 1}])
     with pytest.raises(SnakeskillsError, match=r"bad\.jsonl:1: problem score row lacks \['symbolic_correct'\]"):
         read_problem_scores(tmp_path / "bad.jsonl")
@@ -80,9 +80,9 @@ def test_problems_that_differ_stop_with_both_files_named(tmp_path):
 
 def test_flips_put_each_problem_in_one_group_by_half_of_its_samples():
     base, tuned = scores([4, 2, 1, 0, 3]), scores([4, 1, 2, 0, 0])
-    rows = flip_rows("round1", "base", "math", base, tuned)
+    rows = flip_rows("sft-round1", "base", "math", base, tuned)
     assert [row[-1] for row in rows] == ["both", "base only", "tuned only", "neither", "base only"]
-    assert rows[1] == ["round1", "base", "math", "p1", "2/4", "1/4", "base only"]
+    assert rows[1] == ["sft-round1", "base", "math", "p1", "2/4", "1/4", "base only"]
 
 
 def test_summarize_writes_each_problems_correct_samples_and_the_comparison_reads_them(tmp_path):
@@ -90,7 +90,7 @@ def test_summarize_writes_each_problems_correct_samples_and_the_comparison_reads
     two models' pass@1[avg-of-2] in metrics.json."""
     correct = {
         "base": [[True, False, False], [False, False, True]],
-        "round1": [[True, True, False], [True, True, True]],
+        "sft-round1": [[True, True, False], [True, True, True]],
     }
     paths = {}
     for model, seeds in correct.items():
@@ -114,22 +114,24 @@ def test_summarize_writes_each_problems_correct_samples_and_the_comparison_reads
         paths[model] = tmp_path / model
         frame = load_judged_seeds(seed_paths)
         assert compute_metrics(frame, ["symbolic_correct"])["pass@1[avg-of-2]"]["num_entries"] == 3
-    problems = [json.loads(line) for line in (paths["round1"] / "problems.jsonl").read_text().splitlines()]
+    problems = [json.loads(line) for line in (paths["sft-round1"] / "problems.jsonl").read_text().splitlines()]
     assert problems == [
         {"id": "q0", "samples": 2, "symbolic_correct": 2},
         {"id": "q1", "samples": 2, "symbolic_correct": 2},
         {"id": "q2", "samples": 2, "symbolic_correct": 1},
     ]
-    entry, _ = compare("round1", "base", "math", paths["base"] / "problems.jsonl", paths["round1"] / "problems.jsonl")
+    entry, _ = compare(
+        "sft-round1", "base", "math", paths["base"] / "problems.jsonl", paths["sft-round1"] / "problems.jsonl"
+    )
     headline = {
         model: json.loads((paths[model] / "metrics.json").read_text())["math"]["pass@1[avg-of-2]"]["symbolic_correct"]
         for model in paths
     }
-    assert entry["gain"] == pytest.approx(headline["round1"] - headline["base"])
+    assert entry["gain"] == pytest.approx(headline["sft-round1"] - headline["base"])
     assert entry["flips"] == {"tuned only": 1, "base only": 0, "both": 2, "neither": 0}
-    text = describe("round1", entry)
+    text = describe("sft-round1", entry)
     assert text.startswith("95% CI [") and "(paired bootstrap over 3 problems)" in text
-    assert "solved by round1 only 1, by base only 0, by both 2, by neither 0" in text
+    assert "solved by sft-round1 only 1, by base only 0, by both 2, by neither 0" in text
 
 
 def test_a_metric_may_not_take_the_paired_comparisons_name():

@@ -109,7 +109,10 @@ def with_teacher(**settings):
         ),
         (lambda config: config["generation"].update(device="gpu0"), "config key generation.device is 'gpu0'"),
         (lambda config: config["model"].update(build_tiny=False), "config key model.path is required"),
-        (lambda config: config["model"].update(name="round0"), "config key model.name must not start with 'round'"),
+        (
+            lambda config: config["model"].update(name="sft-round0"),
+            "config key model.name must not start with 'sft-round'",
+        ),
         (lambda config: config.update(train_benchmarks=["gsm8k"]), "config key train_benchmarks names 'gsm8k'"),
         (
             lambda config: config.update(eval_split="dev"),
@@ -125,7 +128,7 @@ def with_teacher(**settings):
         ),
         # the teacher's keys
         (with_teacher(name="base"), "config keys teacher.name and model.name are both 'base'"),
-        (with_teacher(name="round7"), "config key teacher.name must not start with 'round'"),
+        (with_teacher(name="sft-round7"), "config key teacher.name must not start with 'sft-round'"),
         (
             lambda config: (with_teacher()(config), config["teacher"]["generation"].pop("openai")),
             "config key teacher.generation.openai (base_url, model) is required when teacher.generation.backend",
@@ -335,18 +338,18 @@ def sft_sources(plan: Plan) -> dict[str, list[str]]:
 
 def test_replace_reads_the_previous_round_and_accumulate_all_before():
     replace = plan_of(rounds=3)
-    assert sft_sources(replace) == {"round1": ["base"], "round2": ["round1"], "round3": ["round2"]}
+    assert sft_sources(replace) == {"sft-round1": ["base"], "sft-round2": ["sft-round1"], "sft-round3": ["sft-round2"]}
     accumulate = plan_of(lambda config: config["sft"].update(rounds_data="accumulate"), rounds=3)
     assert sft_sources(accumulate) == {
-        "round1": ["base"],
-        "round2": ["base", "round1"],
-        "round3": ["base", "round1", "round2"],
+        "sft-round1": ["base"],
+        "sft-round2": ["base", "sft-round1"],
+        "sft-round3": ["base", "sft-round1", "sft-round2"],
     }
     # every train seed of every earlier model, as judged seed files
-    files = accumulate.sft_judged_files("round3")
+    files = accumulate.sft_judged_files("sft-round3")
     assert len(files) == 3 * DEFAULT["train_num_seeds"]
     assert files[0] == "results/tiny-arithmetic/judge/base/arithmetic/train/output-rs0.jsonl"
-    assert accumulate.train_sampled_models() == ["base", "round1", "round2"]
+    assert accumulate.train_sampled_models() == ["base", "sft-round1", "sft-round2"]
 
 
 def test_continue_trains_from_the_previous_adapter_or_checkpoint():
@@ -355,16 +358,16 @@ def test_continue_trains_from_the_previous_adapter_or_checkpoint():
     continued = plan_of(lambda config: config["sft"].update(init="continue"), rounds=3)
     assert [continued.training_init(model) for model in continued.tuned_models] == [
         [],
-        ["results/tiny-arithmetic/models/round1/adapter"],
-        ["results/tiny-arithmetic/models/round2/adapter"],
+        ["results/tiny-arithmetic/models/sft-round1/adapter"],
+        ["results/tiny-arithmetic/models/sft-round2/adapter"],
     ]
     # round r generates with the base model and its own adapter
-    assert continued.generation_model_inputs("round2") == [
+    assert continued.generation_model_inputs("sft-round2") == [
         "results/tiny-arithmetic/models/base/checkpoint",
-        "results/tiny-arithmetic/models/round2/adapter",
+        "results/tiny-arithmetic/models/sft-round2/adapter",
     ]
     full = plan_of(lambda config: config["sft"].update(init="continue", method="full"), rounds=3)
-    assert full.training_init("round3") == ["results/tiny-arithmetic/models/round2/checkpoint"]
+    assert full.training_init("sft-round3") == ["results/tiny-arithmetic/models/sft-round2/checkpoint"]
     for model in full.tuned_models:
         checkpoint = f"results/tiny-arithmetic/models/{model}/checkpoint"
         assert full.generation_model_inputs(model) == [checkpoint]
@@ -374,15 +377,16 @@ def test_continue_trains_from_the_previous_adapter_or_checkpoint():
 def test_tuned_models_plots_and_merged_models_are_targets():
     plan = plan_of(rounds=2)
     targets = plan.targets()
-    assert {"results/tiny-arithmetic/models/round1/adapter", "results/tiny-arithmetic/models/round2/adapter"} <= set(
-        targets
-    )
+    assert {
+        "results/tiny-arithmetic/models/sft-round1/adapter",
+        "results/tiny-arithmetic/models/sft-round2/adapter",
+    } <= set(targets)
     assert "results/tiny-arithmetic/metrics/base/arithmetic/train/metrics.json" in targets
     assert not [path for path in targets if "merged" in path]
     merged = plan_of(lambda config: config["sft"].update(merge=True), rounds=2)
-    assert "results/tiny-arithmetic/models/round2/merged" in merged.targets()
+    assert "results/tiny-arithmetic/models/sft-round2/merged" in merged.targets()
     full = plan_of(lambda config: config["sft"].update(method="full"))
-    assert "results/tiny-arithmetic/models/round1/checkpoint" in full.targets()
+    assert "results/tiny-arithmetic/models/sft-round1/checkpoint" in full.targets()
 
 
 def test_seeds_follow_the_split_and_the_model():
@@ -401,11 +405,15 @@ def test_seeds_follow_the_split_and_the_model():
 @pytest.mark.parametrize(
     ("later_rounds", "rounds_data", "expected"),
     [
-        ("both", "replace", {"round2": ["teacher", "round1"], "round3": ["teacher", "round2"]}),
-        ("both", "accumulate", {"round2": ["teacher", "round1"], "round3": ["teacher", "round1", "round2"]}),
-        ("student", "replace", {"round2": ["round1"], "round3": ["round2"]}),
-        ("student", "accumulate", {"round2": ["round1"], "round3": ["round1", "round2"]}),
-        ("teacher", "replace", {"round2": ["teacher"], "round3": ["teacher"]}),
+        ("both", "replace", {"sft-round2": ["teacher", "sft-round1"], "sft-round3": ["teacher", "sft-round2"]}),
+        (
+            "both",
+            "accumulate",
+            {"sft-round2": ["teacher", "sft-round1"], "sft-round3": ["teacher", "sft-round1", "sft-round2"]},
+        ),
+        ("student", "replace", {"sft-round2": ["sft-round1"], "sft-round3": ["sft-round2"]}),
+        ("student", "accumulate", {"sft-round2": ["sft-round1"], "sft-round3": ["sft-round1", "sft-round2"]}),
+        ("teacher", "replace", {"sft-round2": ["teacher"], "sft-round3": ["teacher"]}),
     ],
 )
 def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rounds, rounds_data, expected):
@@ -414,17 +422,17 @@ def test_round1_learns_from_the_teacher_and_later_rounds_as_configured(later_rou
         config["sft"]["rounds_data"] = rounds_data
 
     plan = plan_of(mutate, rounds=3)
-    assert sft_sources(plan) == {"round1": ["teacher"], **expected}
+    assert sft_sources(plan) == {"sft-round1": ["teacher"], **expected}
     # the teacher samples the train split once, whichever rounds read it; the base student never does
     sampled = plan.train_sampled_models()
     assert sampled.count("teacher") == 1 and "base" not in sampled
-    assert set(sampled) - {"teacher"} == ({"round1", "round2"} if later_rounds != "teacher" else set())
+    assert set(sampled) - {"teacher"} == ({"sft-round1", "sft-round2"} if later_rounds != "teacher" else set())
 
 
 def test_teacher_is_evaluated_unless_told_not_to():
-    assert plan_of(with_teacher()).eval_models == ["base", "round1", "teacher"]
+    assert plan_of(with_teacher()).eval_models == ["base", "sft-round1", "teacher"]
     quiet = plan_of(with_teacher(evaluate=False))
-    assert quiet.eval_models == ["base", "round1"] and quiet.evaluated_teacher is None
+    assert quiet.eval_models == ["base", "sft-round1"] and quiet.evaluated_teacher is None
     assert not [path for path in quiet.eval_metrics_files() if "/metrics/teacher/" in path]
 
 
@@ -437,7 +445,7 @@ def test_teacher_generates_with_its_own_section_backend_env_and_no_gpu():
     assert plan.generation_env("base", "train") == "../envs/generate-hf.yaml"
     for gpus_available in (False, True):
         assert plan.generation_gpus("teacher", "train", gpus_available) == 0
-    assert plan.generation_gpus("round1", "test", True) == 1
+    assert plan.generation_gpus("sft-round1", "test", True) == 1
 
 
 # ---------------------------------------------------------------- GPUs
@@ -531,8 +539,8 @@ OWN_WRITER = {
             "config keys synthesis.name and model.name are both 'base'",
         ),
         (
-            with_synthesis(**{**OWN_WRITER, "name": "round7", "label": {"solver": "student"}}),
-            "config key synthesis.name must not start with 'round'",
+            with_synthesis(**{**OWN_WRITER, "name": "sft-round7", "label": {"solver": "student"}}),
+            "config key synthesis.name must not start with 'sft-round'",
         ),
         (
             with_synthesis(**{**OWN_WRITER, "filter": {"pattern": "^(\\d+"}, "label": {"solver": "student"}}),
@@ -588,9 +596,9 @@ def test_synthesis_splits_jobs_and_seeds():
         rounds=2,
     )
     assert plan.synthesis.writer(1) == plan.synthesis.solver(1) == "base"
-    assert plan.synthesis.writer(2) == "round1", "a student writer is the model before the round (SEAL)"
+    assert plan.synthesis.writer(2) == "sft-round1", "a student writer is the model before the round (SEAL)"
     assert plan.seeds("base", "synth-round1-sources") == [0, 1, 2]
-    assert plan.seeds("round1", "synth-round2-problems") == [0, 1, 2, 3, 4]
+    assert plan.seeds("sft-round1", "synth-round2-problems") == [0, 1, 2, 3, 4]
     assert plan.seeds("base", "train") == [0, 1, 2, 3]
     writing = plan.generation_job("base", "arithmetic", "synth-round1-sources")
     assert writing["prompt"]["template"] == "augment-math-problem"
@@ -604,7 +612,7 @@ def test_synthesis_splits_jobs_and_seeds():
     ]
     assert len(plan.synthesis.solver_files(2, "arithmetic")) == 5 * 2
     assert plan.synthesis.feedback_files(2, "arithmetic") == [
-        f"results/tiny-arithmetic/judge/round1/arithmetic/train/output-rs{seed}.jsonl" for seed in range(4)
+        f"results/tiny-arithmetic/judge/sft-round1/arithmetic/train/output-rs{seed}.jsonl" for seed in range(4)
     ]
     assert plan.synthesis.exact_answer("arithmetic") == "arithmetic"
     assert "results/tiny-arithmetic/synthesis/funnel.txt" in plan.targets()
@@ -672,10 +680,10 @@ def test_own_writer_solves_with_its_label_prompt_and_loads_nothing_of_the_studen
 @pytest.mark.parametrize(
     ("sft_data", "rounds_data", "problems", "round2_sources", "train_sampled"),
     [
-        ("add", "replace", "failed", ["round1"] * 4 + ["synthesized"], ["base", "round1"]),
-        ("only", "replace", "failed", ["synthesized"], ["base", "round1"]),
+        ("add", "replace", "failed", ["sft-round1"] * 4 + ["synthesized"], ["base", "sft-round1"]),
+        ("only", "replace", "failed", ["synthesized"], ["base", "sft-round1"]),
         ("only", "accumulate", "all", ["synthesized", "synthesized"], []),
-        ("add", "accumulate", "all", ["base"] * 4 + ["round1"] * 4 + ["synthesized"] * 2, ["base", "round1"]),
+        ("add", "accumulate", "all", ["base"] * 4 + ["sft-round1"] * 4 + ["synthesized"] * 2, ["base", "sft-round1"]),
     ],
 )
 def test_sft_pools_synthesized_problems_as_configured(sft_data, rounds_data, problems, round2_sources, train_sampled):
@@ -688,8 +696,8 @@ def test_sft_pools_synthesized_problems_as_configured(sft_data, rounds_data, pro
         ),
         rounds=2,
     )
-    assert [source for source, _, _ in plan.sft_judged_sources("round2")] == round2_sources
-    synthesized = [path for source, _, path in plan.sft_judged_sources("round2") if source == "synthesized"]
+    assert [source for source, _, _ in plan.sft_judged_sources("sft-round2")] == round2_sources
+    synthesized = [path for source, _, path in plan.sft_judged_sources("sft-round2") if source == "synthesized"]
     assert synthesized[-1] == "results/tiny-arithmetic/synthesis/round2/arithmetic/judged.jsonl"
     assert plan.train_sampled_models() == train_sampled, "only failures or SFT sources sample the train split"
 
@@ -769,3 +777,21 @@ def test_cpu_processes_without_gpus_key_say_what_to_set():
         checked(lambda config: config["sft"].update(processes=2), gpus_available=True)
     message = str(error.value)
     assert "sft.gpus is null" in message and "set generation.device: cpu" in message, message
+
+
+def test_every_methods_rounds_say_their_method_and_old_sft_names_get_a_note(tmp_path):
+    """SFT's rounds are sft-round<r> beside dpo-round<r>, kto-round<r>, grpo-round<r>; a results folder from before
+    (models/round1) gets a note at plan time saying it is not read, and 'round' stays reserved for model names."""
+    config = yaml.safe_load((REPO / "config/examples/tiny-arithmetic-sft-dpo-kto-grpo.yaml").read_text())
+    config["rounds"] = 2
+    prepare_config(config)
+    plan = Plan(config, Layout.under(tmp_path / "results"))
+    assert plan.tuned_models == [f"{method}-round{r}" for method in config["methods"] for r in (1, 2)]
+    assert plan.legacy_sft_rounds_note() is None
+    (tmp_path / "results/models/round1/adapter").mkdir(parents=True)
+    (tmp_path / "results/models/round2").mkdir()
+    (tmp_path / "results/models/roundabout").mkdir()
+    note = plan.legacy_sft_rounds_note()
+    assert "(round1 -> sft-round1, round2 -> sft-round2)" in note and "not read" in note
+    with pytest.raises(SnakeskillsError, match="must not start with .* or 'round'"):
+        checked(lambda config: config["model"].update(name="round1"))

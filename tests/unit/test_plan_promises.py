@@ -652,7 +652,7 @@ def test_section_rules_stop_the_plan(mutate, message):
 
 @pytest.mark.parametrize("key", ["model.name", "teacher.name", "synthesis.name"])
 def test_a_name_like_a_tuned_round_s_stops_the_plan(key):
-    """schema: a model's name is "not round*", for every training method's rounds (round1, dpo-round1, ...)."""
+    """schema: a model's name is "not round*", for every training method's rounds (sft-round1, dpo-round1, ...)."""
     config = using(key)
     prepare_config(config)  # once: a name stays valid for the schema
     for method in TRAINING_METHODS.values():

@@ -110,15 +110,17 @@ def test_sft_examples_name_the_model_that_wrote_them_and_dedup_across_models(tmp
     """A teacher's and a student's samples pool into one dataset: each example says who wrote it, and a
     generation both wrote is one example (the first file's)."""
     write_jsonl(tmp_path / "teacher.jsonl", [judged("p1", "1+1", "\\boxed{2}"), judged("p2", "2+2", "\\boxed{4}")])
-    write_jsonl(tmp_path / "round1.jsonl", [judged("p1", "1+1", "1+1=\\boxed{2}"), judged("p2", "2+2", "\\boxed{4}")])
-    paths = [tmp_path / "teacher.jsonl", tmp_path / "round1.jsonl"]
-    records, counts = select_sft_records(paths, ["teacher", "round1"], [PROMPT] * 2, FILTERS)
+    write_jsonl(
+        tmp_path / "sft-round1.jsonl", [judged("p1", "1+1", "1+1=\\boxed{2}"), judged("p2", "2+2", "\\boxed{4}")]
+    )
+    paths = [tmp_path / "teacher.jsonl", tmp_path / "sft-round1.jsonl"]
+    records, counts = select_sft_records(paths, ["teacher", "sft-round1"], [PROMPT] * 2, FILTERS)
     assert [(r["generated_by"], r["id"], r["messages"][-1]["content"]) for r in records] == [
         ("teacher", "p1", "\\boxed{2}"),
         ("teacher", "p2", "\\boxed{4}"),
-        ("round1", "p1", "1+1=\\boxed{2}"),
+        ("sft-round1", "p1", "1+1=\\boxed{2}"),
     ]
-    assert counts["kept_by_source"] == {"teacher": 2, "round1": 1} and counts["duplicate"] == 1
+    assert counts["kept_by_source"] == {"teacher": 2, "sft-round1": 1} and counts["duplicate"] == 1
     with pytest.raises(SnakeskillsError, match="2 judged files but 1 sources"):
         select_sft_records(paths, ["teacher"], [PROMPT], FILTERS)
 

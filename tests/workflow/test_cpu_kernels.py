@@ -44,7 +44,7 @@ def test_the_default_gains_as_promised_with_another_cpus_kernels(tmp_path):
     bootstrap = json.loads((tmp_path / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     summary = json.loads((tmp_path / RESULTS / "eval/summary.json").read_text())
     base = summary["base"]["arithmetic"][MODE]["symbolic_correct"]
-    tuned = summary["round1"]["arithmetic"][MODE]["symbolic_correct"]
+    tuned = summary["sft-round1"]["arithmetic"][MODE]["symbolic_correct"]
     figures = (kernels, bootstrap["global_step"], bootstrap["final_validation_accuracy"], base, tuned)
     assert bootstrap["reached_target"], figures
     assert 0 < base < 65, figures

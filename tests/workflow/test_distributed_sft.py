@@ -23,7 +23,7 @@ def test_two_cpu_processes_fully_fine_tune_a_checkpoint_that_loads(tiny_checkpoi
         for i in range(64)
     ]
     write_jsonl(tmp_path / "data.jsonl", records)
-    output = tmp_path / "round1" / "checkpoint"
+    output = tmp_path / "sft-round1" / "checkpoint"
     arguments = {
         "weights": "full",
         "base_model_path": str(tiny_checkpoint),
@@ -84,17 +84,17 @@ def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
     process = run_snakemake(tmp_path, "--cores", "2", configfile=configfile)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     results = tmp_path / RESULTS
-    log = (results / "logs/sft/round1.log").read_text()
+    log = (results / "logs/sft/sft-round1.log").read_text()
     assert "launching 2 training processes" in log and "accelerate.commands.launch --num_processes 2" in log
-    metrics = json.loads((results / "models/round1/adapter/training_metrics.json").read_text())
-    stats = json.loads((results / "sft/round1/stats.json").read_text())
+    metrics = json.loads((results / "models/sft-round1/adapter/training_metrics.json").read_text())
+    stats = json.loads((results / "sft/sft-round1/stats.json").read_text())
     # training.batch_size 32 stays the examples per optimizer step: 16 per process
     steps_per_epoch = -(-stats["kept"] // 32)
     epochs = config["sft"]["training"]["num_epochs"]
     assert metrics["processes"] == 2 and metrics["global_step"] == steps_per_epoch * epochs
     summary = json.loads((results / "eval/summary.json").read_text())
     accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
-    assert accuracy["round1"] >= accuracy["base"] + 10, accuracy
+    assert accuracy["sft-round1"] >= accuracy["base"] + 10, accuracy
 
 
 @pytest.mark.slow
@@ -153,7 +153,7 @@ def test_dpo_fully_fine_tunes_in_two_cpu_processes_and_grpo_in_one(tiny_checkpoi
         data_path=str(tmp_path / "problems.jsonl"),
         output_dir=str(tmp_path / "grpo-round1" / "checkpoint"),
         training={"num_epochs": 1, "max_steps": 2, "learning_rate": 1e-3, "batch_size": 8, "weight_decay": 0.0}
-        | {"warmup_steps": 0.0, "checkpoint_steps": 0, "gradient_accumulation_steps": 1}
+        | {"warmup_steps": 0.0, "checkpoint_steps": 0, "checkpoint_minutes": 0, "gradient_accumulation_steps": 1}
         | {"gradient_checkpointing": False, "bf16": "auto"},
     )
     grpo = train_grpo(

@@ -25,19 +25,19 @@ def _summary(workdir):
 
 def test_tuned_model_beats_base_on_held_out_problems(finished_run):
     summary = _summary(finished_run)
-    assert list(summary) == ["base", "round1"]
+    assert list(summary) == ["base", "sft-round1"]
     base = summary["base"]["arithmetic"]["pass@1[avg-of-4]"]
-    tuned = summary["round1"]["arithmetic"]["pass@1[avg-of-4]"]
+    tuned = summary["sft-round1"]["arithmetic"]["pass@1[avg-of-4]"]
     assert base["num_entries"] == tuned["num_entries"] == 500
     bootstrap = json.loads((finished_run / RESULTS / "models/base/checkpoint" / BOOTSTRAP_METRICS_FILE).read_text())
     assert bootstrap["reached_target"], bootstrap["validation_history"]
     assert 0 < base["symbolic_correct"] < 65, "the bootstrap should leave the base model with modest skill"
     assert tuned["symbolic_correct"] - base["symbolic_correct"] >= 30
     table = (finished_run / RESULTS / "eval/summary.txt").read_text()
-    assert "round1 vs base on arithmetic" in table
+    assert "sft-round1 vs base on arithmetic" in table
     assert "missed its target" not in table
     # the paired interval of the gain, and every problem's flip
-    paired = summary["round1"]["arithmetic/paired_gain"]
+    paired = summary["sft-round1"]["arithmetic/paired_gain"]
     assert paired["gain"] == pytest.approx(tuned["symbolic_correct"] - base["symbolic_correct"], abs=1e-6)
     assert 0 < paired["ci_low"] < paired["gain"] < paired["ci_high"] and not paired["includes_zero"]
     assert sum(paired["flips"].values()) == paired["problems"] == 500
@@ -48,7 +48,7 @@ def test_tuned_model_beats_base_on_held_out_problems(finished_run):
 
 
 def test_records_use_nemo_skills_fields(finished_run):
-    judged = finished_run / RESULTS / "judge/round1/arithmetic/test/output-rs0.jsonl"
+    judged = finished_run / RESULTS / "judge/sft-round1/arithmetic/test/output-rs0.jsonl"
     prepared = finished_run / RESULTS / "data/arithmetic/test.jsonl"
     rows = [json.loads(line) for line in judged.read_text().splitlines()]
     prepared_ids = [json.loads(line)["id"] for line in prepared.read_text().splitlines()]
@@ -88,7 +88,7 @@ def test_finished_run_has_nothing_to_do(finished_run):
 
 def test_more_seeds_schedule_only_the_new_seeds(finished_run):
     counts = dry_run_counts(finished_run, "--config", "num_seeds=6")
-    new_jobs = 2 * 2 * 2  # base and round1 on test, 2 new seeds, 2 chunks
+    new_jobs = 2 * 2 * 2  # base and sft-round1 on test, 2 new seeds, 2 chunks
     assert counts == {
         "generate": new_jobs,
         "judge": new_jobs,
@@ -100,6 +100,7 @@ def test_more_seeds_schedule_only_the_new_seeds(finished_run):
         "plot_gains": 1,
         "plot_pass_at_k": 1,
         "plot_generation_lengths": 1,
+        "report_samples": 1,
         "all": 1,
     }
 
@@ -115,7 +116,7 @@ def test_rerun_judge_reruns_judge_and_downstream_only(finished_run):
 @pytest.mark.parametrize(
     ("own", "expected"),
     [
-        # a benchmark's own judge regex: its judge jobs and what follows them (round1 is retrained on the verdicts)
+        # a benchmark's own judge regex: its judge jobs and what follows them (sft-round1 is retrained on the verdicts)
         ({"judge": {"regex": "(-?\\d+)"}}, {"judge": 24, "generate": 8, "build_tiny_model": None}),
         # a benchmark's own question: every generation of it, and the tiny model bootstrapped on it is rebuilt to be
         # asked so; its prepared rows stay
@@ -137,11 +138,11 @@ def test_a_new_metric_reruns_only_the_summaries(finished_run, tmp_path):
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     config["metrics"]["lengths"] = {"function": "tokens_by_verdict"}
     counts = dry_run_counts(finished_run, configfile=write_config(tmp_path / "metric.yaml", config))
-    assert counts.pop("summarize") == 3, "base and round1 on the eval split, base on the train split"
+    assert counts.pop("summarize") == 3, "base and sft-round1 on the eval split, base on the train split"
     assert set(counts) <= {"eval", "plot_pass_at_1", "plot_gains", "plot_pass_at_k", "all"}, counts
 
 
 def test_changed_judge_setting_keeps_generations(finished_run):
     counts = dry_run_counts(finished_run, "--config", "judge={extraction: regex, regex: '\\\\d+'}")
     assert counts["judge"] == 24
-    assert counts["generate"] == 8  # base generations are reused; round1's adapter changes
+    assert counts["generate"] == 8  # base generations are reused; sft-round1's adapter changes

@@ -16,7 +16,7 @@ import pytest
 from conftest import run_snakemake, shrunk_default_config, write_config
 
 from snakeskills.backends import gpus
-from snakeskills.backends.gpus import claim_gpus, node_gpus
+from snakeskills.backends.gpus import Executor, claim_gpus, node_gpus, planning_for_gpu_nodes, started_executor
 from snakeskills.errors import SnakeskillsError
 
 RESULTS = "results/gpus"
@@ -49,6 +49,48 @@ def test_node_gpus_from_visible_devices_or_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'bin', 3)}:{os.environ['PATH']}")
     assert node_gpus() == ["0", "1", "2"]
+
+
+def test_a_clusters_executor_plans_for_gpus_wherever_the_plan_is_made(monkeypatch, tmp_path):
+    """Snakemake started with a cluster's executor (`--profile slurm`: slurm; slurm-jobstep in a SLURM job) plans
+    the cluster's jobs, with their GPUs, on a machine without GPUs or sbatch; a local run (local, a dry run's
+    dryrun, or outside Snakemake) plans for GPUs only where this node has some or sbatch submits to a cluster."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no sbatch, no nvidia-smi
+    assert planning_for_gpu_nodes(Executor("slurm", local=False))
+    assert planning_for_gpu_nodes(Executor("slurm-jobstep", local=False))
+    for executor in (Executor("local", local=True), Executor("dryrun", local=True), None):
+        assert not planning_for_gpu_nodes(executor), executor
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    assert planning_for_gpu_nodes(Executor("local", local=True)), "a SLURM submit host"
+    (tmp_path / "bin" / "sbatch").unlink()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert planning_for_gpu_nodes(Executor("local", local=True)), "this node's GPU"
+
+
+def test_the_executor_is_the_one_snakemake_records_on_its_stack():
+    """started_executor reads the executor plugin of Snakemake's command line (snakemake.cli.args_to_api) or of
+    its API's execute_workflow, the innermost on the stack; here stand-ins of both (the dry run on SLURM in
+    tests/external/test_slurm.py reads the real ones)."""
+    from types import SimpleNamespace
+
+    def plugin(name: str, local: bool):
+        return SimpleNamespace(name=name, common_settings=SimpleNamespace(local_exec=local))
+
+    def snakemake_function(module: str, name: str):
+        namespace = {"__name__": module}
+        exec(f"def {name}(executor_plugin, then):\n    return then()", namespace)
+        return namespace[name]
+
+    args_to_api = snakemake_function("snakemake.cli", "args_to_api")
+    execute_workflow = snakemake_function("snakemake.api", "execute_workflow")
+    assert started_executor() is None
+    assert args_to_api(plugin("slurm", False), started_executor) == Executor("slurm", local=False)
+    assert execute_workflow(plugin("local", True), started_executor) == Executor("local", local=True)
+    inner = args_to_api(plugin("slurm", False), lambda: execute_workflow(plugin("kubernetes", False), started_executor))
+    assert inner == Executor("kubernetes", local=False)
 
 
 def test_mig_instances_are_the_devices_jobs_claim(monkeypatch, tmp_path):
@@ -156,7 +198,7 @@ def test_one_gpu_runs_gpu_jobs_one_at_a_time(tmp_path):
     assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
     logs = tmp_path / RESULTS / "logs"
     gpu_logs = sorted([*logs.glob("generate/**/*.log"), *logs.glob("sft/*.log")])
-    assert len(gpu_logs) == 2 * 2 + 2 * 1 + 1  # base: train + test seeds; round1: test seeds; sft
+    assert len(gpu_logs) == 2 * 2 + 2 * 1 + 1  # base: train + test seeds; sft-round1: test seeds; sft
     intervals = sorted(job_interval(log) for log in gpu_logs)
     for (_, previous_end), (next_start, _) in zip(intervals, intervals[1:], strict=False):
         assert previous_end <= next_start, intervals

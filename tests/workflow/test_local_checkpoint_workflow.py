@@ -134,7 +134,7 @@ def test_real_model_example_plans_against_local_folders(tmp_path):
     assert set(config["benchmarks"]) == {"gsm8k", "math-500"}
     folders_as_the_plan_sees_them(tmp_path, "models/Qwen2.5-1.5B-Instruct", "datasets/gsm8k", "datasets/math-500")
     counts = dry_run_counts(tmp_path, configfile=EXAMPLE)
-    # base: gsm8k train (4 seeds) + gsm8k/math-500 test (8 seeds); round1: both tests (8 seeds); 4 chunks each
+    # base: gsm8k train (4 seeds) + gsm8k/math-500 test (8 seeds); sft-round1: both tests (8 seeds); 4 chunks each
     assert counts["generate"] == 4 * (4 + 2 * 8 + 2 * 8)
     assert counts["judge"] == counts["generate"]
     assert counts["prepare_data"] == 3  # gsm8k train + test, math-500 test

@@ -337,10 +337,10 @@ def test_sft_examples_are_asked_as_their_benchmark_asks(tmp_path):
     config = mixed_config()
     config["train_benchmarks"] = ["arithmetic", "mmlu"]
     plan = Plan(checked_config(config), Layout.under("results/x"))
-    sources = plan.sft_judged_sources("round1")
+    sources = plan.sft_judged_sources("sft-round1")
     seeds = len(plan.seeds("base", "train"))
     assert [benchmark for _, benchmark, _ in sources] == ["arithmetic"] * seeds + ["mmlu"] * seeds
-    prompts = [resolve_prompt(prompt) for prompt in plan.sft_prompts("round1")]
+    prompts = [resolve_prompt(prompt) for prompt in plan.sft_prompts("sft-round1")]
     row = {"id": "q", "problem": "2+2?\nA. 3\nB. 4", "expected_answer": "B", "option_letters": "A, B"}
     judged = {**row, "generation": "Answer: B", "symbolic_correct": True, "finish_reason": "stop"}
     write_jsonl(tmp_path / "mmlu.jsonl", [{**judged, "num_generated_tokens": 3}])

@@ -202,7 +202,7 @@ def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text
     # sampled at temperature 1, the character-level model now and then garbles a letter of its opening tag
     opened = sum(row["_full_generation"].startswith("<think>") for row in finished)
     assert opened >= 0.95 * len(finished), (opened, len(finished))
-    sft = [record["messages"][-1]["content"] for record in read_jsonl(thinking_run / "sft/round1/data.jsonl")]
+    sft = [record["messages"][-1]["content"] for record in read_jsonl(thinking_run / "sft/sft-round1/data.jsonl")]
     whole_texts = {
         row["_full_generation"]
         for path in (thinking_run / "judge/base/arithmetic/train").glob("output-rs*.jsonl")
@@ -210,11 +210,11 @@ def test_a_thinking_model_is_judged_on_its_answer_and_learns_from_its_whole_text
     }
     assert sft and all(text in whole_texts and "</think>\\boxed{" in text for text in sft), "the whole text"
     assert sum(text.startswith("<think>") for text in sft) >= 0.95 * len(sft)
-    tuned = read_jsonl(thinking_run / "judge/round1/arithmetic/test/output-rs0.jsonl")
+    tuned = read_jsonl(thinking_run / "judge/sft-round1/arithmetic/test/output-rs0.jsonl")
     assert sum(row["_generation_finished_thinking"] for row in tuned) > 0.9 * len(tuned)  # it still thinks
     summary = json.loads((thinking_run / "eval/summary.json").read_text())
     pass_at_1 = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
-    assert pass_at_1["round1"] > pass_at_1["base"] + 5, pass_at_1  # measured: 42.00 -> 54.25
+    assert pass_at_1["sft-round1"] > pass_at_1["base"] + 5, pass_at_1  # measured: 42.00 -> 54.25
     logs = [path.read_text() for path in (thinking_run / "logs").rglob("*.log")]
     assert any("texts ended their thinking with '</think>'" in log for log in logs)
 

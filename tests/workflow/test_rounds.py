@@ -8,8 +8,10 @@ logs, its files and `snakemake --report`.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,8 @@ from conftest import (
 )
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.results import report
+from snakeskills.plan.layout import Layout
+from snakeskills.results import report, samples
 from snakeskills.training.sft_data import llamafactory_dataset_info, to_alpaca, write_sft_exports
 
 EXAMPLES = REPO / "config" / "examples"
@@ -67,9 +70,12 @@ def test_plots_and_exports_are_part_of_a_normal_run(tmp_path):
         assert counts[f"plot_{plot}"] == 1
     jobs = planned_jobs(tmp_path, rounds_config(tmp_path, rounds=2))
     (sft_examples,) = [job for job in jobs if job["rule"] == "plot_sft_examples"]
-    assert sft_examples["input"] == ["results/rounds/sft/round1/stats.json", "results/rounds/sft/round2/stats.json"]
+    assert sft_examples["input"] == [
+        "results/rounds/sft/sft-round1/stats.json",
+        "results/rounds/sft/sft-round2/stats.json",
+    ]
     (lengths,) = [job for job in jobs if job["rule"] == "plot_generation_lengths"]
-    assert len(lengths["input"]) == 3 * 2  # base, round1, round2 on the test split, 2 seeds
+    assert len(lengths["input"]) == 3 * 2  # base, sft-round1, sft-round2 on the test split, 2 seeds
 
 
 def _plan_example(tmp_path, name, model_folder):
@@ -82,14 +88,14 @@ def test_rest_em_example_plans_against_local_folders(tmp_path):
     config, configfile = _plan_example(tmp_path, "llama-3.2-1b-instruct-rest-em.yaml", "models/Llama-3.2-1B-Instruct")
     assert config["rounds"] == 3 and config["sft"]["rounds_data"] == "replace" and config["sft"]["init"] == "continue"
     counts = dry_run_counts(tmp_path, configfile=configfile)
-    # base, round1, round2 sample the train split (5 seeds); all 4 models both test sets (4 seeds); 4 chunks each
+    # base, sft-round1, sft-round2 sample the train split (5 seeds); all 4 models both test sets (4 seeds); 4 chunks
     assert counts["generate"] == 4 * (3 * 5 + 4 * 2 * 4)
     assert counts["sft_data"] == counts["sft"] == 3
     assert counts["summarize"] == 3 + 4 * 2 and counts["eval"] == 1
     jobs = planned_jobs(tmp_path, configfile)
     experiment = config["experiment"]
-    assert f"results/{experiment}/models/round2/adapter" in job_inputs(jobs, "sft", "round3")
-    assert judged_models(job_inputs(jobs, "sft_data", "round3")) == ["round2"]
+    assert f"results/{experiment}/models/sft-round2/adapter" in job_inputs(jobs, "sft", "sft-round3")
+    assert judged_models(job_inputs(jobs, "sft_data", "sft-round3")) == ["sft-round2"]
 
 
 def test_dataenvgym_example_plans_against_local_folders(tmp_path):
@@ -104,11 +110,11 @@ def test_dataenvgym_example_plans_against_local_folders(tmp_path):
     assert counts["synthesis_sources"] == counts["synthesis_label"] == rounds and counts["synthesis_funnel"] == 1
     assert counts["sft"] == rounds and counts["eval"] == 1
     jobs = planned_jobs(tmp_path, configfile)
-    last = f"round{rounds}"
+    last = f"sft-round{rounds}"
     inputs = job_inputs(jobs, "sft_data", last)
     synthesized = [path for path in inputs if "/synthesis/" in path]
     assert judged_models([path for path in inputs if path not in synthesized]) == sorted(
-        ["student", *[f"round{r}" for r in range(1, rounds)]]
+        ["student", *[f"sft-round{r}" for r in range(1, rounds)]]
     )
     assert synthesized == [
         f"results/{config['experiment']}/synthesis/round{r}/gsm8k/judged.jsonl" for r in range(1, rounds + 1)
@@ -136,7 +142,7 @@ SUMMARY = {
         "add": _metrics([40.0, 55.0, 60.0], [42.0, 45.0], 0.02),
         "mul": _metrics([10.0, 15.0, 20.0], [11.0, 12.0], 0.01),
     },
-    "round1": {
+    "sft-round1": {
         "add": _metrics([70.0, 80.0, 85.0], [72.0, 75.0], 0.015),
         "mul": _metrics([20.0, 25.0, 30.0], [21.0, 22.0], 0.0),
     },
@@ -144,7 +150,7 @@ SUMMARY = {
 
 
 def test_pass_at_1_points_use_the_largest_k_and_seed_std():
-    assert report.pass_at_1_points(SUMMARY, "add") == [("base", 43.0, 2.0), ("round1", 43.0, 1.5)]
+    assert report.pass_at_1_points(SUMMARY, "add") == [("base", 43.0, 2.0), ("sft-round1", 43.0, 1.5)]
     single_seed = {
         "base": {"add": {"pass@1": {"symbolic_correct": 50.0}, "pass@1[avg-of-1]": {"symbolic_correct": 50.0}}}
     }
@@ -152,23 +158,23 @@ def test_pass_at_1_points_use_the_largest_k_and_seed_std():
 
 
 def test_at_k_curves_sort_by_k():
-    curves = report.at_k_curves(SUMMARY["round1"]["add"])
+    curves = report.at_k_curves(SUMMARY["sft-round1"]["add"])
     assert curves["pass"] == [(1, 70.0), (2, 80.0), (3, 85.0)]
     assert curves["majority"] == [(2, 72.0), (3, 75.0)]
 
 
 def test_plots_are_written_as_png(tmp_path):
     judged = []
-    for model, tokens in (("base", [3, 5, 5]), ("round1", [4, 4, 9])):
+    for model, tokens in (("base", [3, 5, 5]), ("sft-round1", [4, 4, 9])):
         path = tmp_path / f"{model}.jsonl"
         path.write_text(
             "".join(json.dumps({"id": str(i), "num_generated_tokens": t}) + "\n" for i, t in enumerate(tokens))
         )
         judged.append(path)
-    lengths = report.read_generation_lengths(judged, [("base", "add", 0), ("round1", "add", 0)])
-    assert lengths == {("base", "add"): [3, 5, 5], ("round1", "add"): [4, 4, 9]}
+    lengths = report.read_generation_lengths(judged, [("base", "add", 0), ("sft-round1", "add", 0)])
+    assert lengths == {("base", "add"): [3, 5, 5], ("sft-round1", "add"): [4, 4, 9]}
     stats = {
-        "round1": {
+        "sft-round1": {
             "judged": 20,
             "incorrect": 8,
             "truncated": 1,
@@ -178,7 +184,7 @@ def test_plots_are_written_as_png(tmp_path):
             "problems_covered": 6,
             "kept_by_source": {"base": 8},
         },
-        "round2": {
+        "sft-round2": {
             "judged": 40,
             "incorrect": 10,
             "truncated": 0,
@@ -186,22 +192,24 @@ def test_plots_are_written_as_png(tmp_path):
             "duplicate": 12,
             "kept": 18,
             "problems_covered": 9,
-            "kept_by_source": {"base": 8, "round1": 10},
+            "kept_by_source": {"base": 8, "sft-round1": 10},
         },
     }
     outputs = {name: tmp_path / f"{name}.png" for name in PLOTS}
     report.plot_pass_at_1(SUMMARY, outputs["pass_at_1"])
     report.plot_pass_at_k(SUMMARY, outputs["pass_at_k"])
     paired = {"gain": 12.5, "ci_low": 3.0, "ci_high": 21.0, "confidence": 0.95}
-    report.plot_gains({**SUMMARY, "round1": {**SUMMARY["round1"], "math/paired_gain": paired}}, outputs["gains"])
+    report.plot_gains(
+        {**SUMMARY, "sft-round1": {**SUMMARY["sft-round1"], "math/paired_gain": paired}}, outputs["gains"]
+    )
     report.plot_generation_lengths(lengths, outputs["generation_lengths"])
     report.plot_sft_examples(stats, outputs["sft_examples"])
     histories = {
-        "round1": [{"step": step, "loss": 1 / step} for step in (20, 40, 60)],
+        "sft-round1": [{"step": step, "loss": 1 / step} for step in (20, 40, 60)],
         "dpo-round1": [{"step": step, "loss": 0.6, "rewards/accuracies": 0.5 + step / 100} for step in (1, 2, 3)],
         "grpo-round1": [{"step": step, "reward": 0.2 + step / 10} for step in (1, 2, 3)],
     }
-    methods = {"round1": "sft", "dpo-round1": "dpo", "grpo-round1": "grpo"}
+    methods = {"sft-round1": "sft", "dpo-round1": "dpo", "grpo-round1": "grpo"}
     report.plot_training_curves(histories, methods, outputs["training_curves"])
     assert report.training_curve("dpo", histories["dpo-round1"]) == (
         "preference accuracy",
@@ -286,38 +294,41 @@ def test_round2_learns_from_round1_generations(two_rounds):
     workdir, _ = two_rounds
     results = workdir / RESULTS
     checkpoint = f"{RESULTS}/models/base/checkpoint"
-    # round1's train-split samples (round2's SFT data) come from the base model + round1's adapter
-    log = generate_log(workdir, "round1/arithmetic/train/rs0")
-    assert f"loaded model {checkpoint} + adapter {RESULTS}/models/round1/adapter" in log
-    log = generate_log(workdir, "round2/arithmetic/test/rs1")
-    assert f"loaded model {checkpoint} + adapter {RESULTS}/models/round2/adapter" in log
+    # sft-round1's train-split samples (sft-round2's SFT data) come from the base model + sft-round1's adapter
+    log = generate_log(workdir, "sft-round1/arithmetic/train/rs0")
+    assert f"loaded model {checkpoint} + adapter {RESULTS}/models/sft-round1/adapter" in log
+    log = generate_log(workdir, "sft-round2/arithmetic/test/rs1")
+    assert f"loaded model {checkpoint} + adapter {RESULTS}/models/sft-round2/adapter" in log
     assert "+ adapter" not in generate_log(workdir, "base/arithmetic/train/rs0")
 
     summary = json.loads((results / "eval/summary.json").read_text())
-    assert list(summary) == ["base", "round1", "round2"]
+    assert list(summary) == ["base", "sft-round1", "sft-round2"]
     for model in summary:
         assert summary[model]["arithmetic"]["pass@1[avg-of-2]"]["num_entries"] == 200
     table = (results / "eval/summary.txt").read_text()
-    assert "round1 vs base" in table and "round2 vs base" in table
+    assert "sft-round1 vs base" in table and "sft-round2 vs base" in table
 
 
 @pytest.mark.slow
 def test_accumulate_and_continue_for_real(two_rounds):
     workdir, _ = two_rounds
     results = workdir / RESULTS
-    round1 = json.loads((results / "sft/round1/stats.json").read_text())
-    round2 = json.loads((results / "sft/round2/stats.json").read_text())
+    round1 = json.loads((results / "sft/sft-round1/stats.json").read_text())
+    round2 = json.loads((results / "sft/sft-round2/stats.json").read_text())
     assert round1["judged"] == 1000 * 2  # base: 1000 train problems x 2 seeds
-    assert round2["judged"] == 2 * 1000 * 2  # accumulated: base's and round1's samples
+    assert round2["judged"] == 2 * 1000 * 2  # accumulated: base's and sft-round1's samples
     assert round2["kept"] > round1["kept"]
 
-    first = json.loads((results / "models/round1/adapter/training_metrics.json").read_text())
-    second = json.loads((results / "models/round2/adapter/training_metrics.json").read_text())
+    first = json.loads((results / "models/sft-round1/adapter/training_metrics.json").read_text())
+    second = json.loads((results / "models/sft-round2/adapter/training_metrics.json").read_text())
     assert first["init_path"] is None and first["method"] == "lora"
-    assert second["init_path"] == f"{RESULTS}/models/round1/adapter"
+    assert second["init_path"] == f"{RESULTS}/models/sft-round1/adapter"
     assert second["num_examples"] == round2["kept"]
-    assert f"continuing from adapter {RESULTS}/models/round1/adapter" in (results / "logs/sft/round2.log").read_text()
-    assert "training a fresh LoRA" in (results / "logs/sft/round1.log").read_text()
+    assert (
+        f"continuing from adapter {RESULTS}/models/sft-round1/adapter"
+        in (results / "logs/sft/sft-round2.log").read_text()
+    )
+    assert "training a fresh LoRA" in (results / "logs/sft/sft-round1.log").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -330,31 +341,31 @@ def two_full_rounds(tmp_path_factory):
 @pytest.mark.slow
 def test_full_fine_tuning_rounds_generate_with_their_own_checkpoints_and_gain(two_full_rounds):
     results = two_full_rounds / RESULTS
-    # round1 samples round2's data (train) and is evaluated (test); round2, the last, is only evaluated
-    for model, split, seed in (("round1", "train", 0), ("round1", "test", 1), ("round2", "test", 1)):
+    # sft-round1 samples sft-round2's data (train) and is evaluated (test); sft-round2, the last, is only evaluated
+    for model, split, seed in (("sft-round1", "train", 0), ("sft-round1", "test", 1), ("sft-round2", "test", 1)):
         log = generate_log(two_full_rounds, f"{model}/arithmetic/{split}/rs{seed}")
         assert f"loaded model {RESULTS}/models/{model}/checkpoint on cpu" in log
         assert "+ adapter" not in log
     assert not list(results.glob("models/*/adapter"))
-    first = json.loads((results / "models/round1/checkpoint/training_metrics.json").read_text())
-    second = json.loads((results / "models/round2/checkpoint/training_metrics.json").read_text())
+    first = json.loads((results / "models/sft-round1/checkpoint/training_metrics.json").read_text())
+    second = json.loads((results / "models/sft-round2/checkpoint/training_metrics.json").read_text())
     assert first["method"] == second["method"] == "full"
-    assert first["init_path"] is None and second["init_path"] == f"{RESULTS}/models/round1/checkpoint"
+    assert first["init_path"] is None and second["init_path"] == f"{RESULTS}/models/sft-round1/checkpoint"
     assert first["saved_dtype"] == "float32"  # the tiny base checkpoint's dtype
-    log = (results / "logs/sft/round2.log").read_text()
-    assert f"fully fine-tuning {RESULTS}/models/round1/checkpoint" in log
+    log = (results / "logs/sft/sft-round2.log").read_text()
+    assert f"fully fine-tuning {RESULTS}/models/sft-round1/checkpoint" in log
 
     summary = json.loads((results / "eval/summary.json").read_text())
     accuracy = {model: summary[model]["arithmetic"]["pass@1[avg-of-2]"]["symbolic_correct"] for model in summary}
-    assert list(accuracy) == ["base", "round1", "round2"]
-    assert accuracy["round1"] >= accuracy["base"] + 10, accuracy
-    assert accuracy["round2"] >= accuracy["base"] + 10, accuracy
+    assert list(accuracy) == ["base", "sft-round1", "sft-round2"]
+    assert accuracy["sft-round1"] >= accuracy["base"] + 10, accuracy
+    assert accuracy["sft-round2"] >= accuracy["base"] + 10, accuracy
 
 
 @pytest.mark.slow
 def test_sft_exports_for_trl_and_llamafactory(two_rounds):
     workdir, _ = two_rounds
-    folder = workdir / RESULTS / "sft/round2"
+    folder = workdir / RESULTS / "sft/sft-round2"
     rows = [json.loads(line) for line in (folder / "data.jsonl").read_text().splitlines()]
     for row in rows:
         assert [message["role"] for message in row["messages"]] == ["user", "assistant"]
@@ -380,17 +391,17 @@ def test_changing_round_settings_reruns_only_the_rounds_they_change(two_rounds, 
     workdir, configfile = two_rounds
     process = run_snakemake(workdir, "--dry-run", configfile=configfile)
     assert "Nothing to be done" in process.stdout + process.stderr
-    # replace: round2's SFT data now comes from round1 alone; round1 (trained on the base model's) is kept
+    # replace: sft-round2's SFT data now comes from sft-round1 alone; sft-round1 (trained on the base model's) is kept
     replace = rounds_config(tmp_path, rounds_data="replace", init="continue")
     jobs = planned_jobs(workdir, replace)
-    assert [job["wildcards"]["model"] for job in jobs if job["rule"] == "sft_data"] == ["round2"]
-    assert judged_models(job_inputs(jobs, "sft_data", "round2")) == ["round1"]
-    assert [job["wildcards"]["model"] for job in jobs if job["rule"] == "sft"] == ["round2"]
-    # init base: round2's adapter no longer starts from round1's, so it is retrained; its data is kept
+    assert [job["wildcards"]["model"] for job in jobs if job["rule"] == "sft_data"] == ["sft-round2"]
+    assert judged_models(job_inputs(jobs, "sft_data", "sft-round2")) == ["sft-round1"]
+    assert [job["wildcards"]["model"] for job in jobs if job["rule"] == "sft"] == ["sft-round2"]
+    # init base: sft-round2's adapter no longer starts from sft-round1's, so it is retrained; its data is kept
     fresh = planned_jobs(workdir, rounds_config(tmp_path, rounds_data="accumulate", init="base", name="fresh.yaml"))
     assert [job["rule"] for job in fresh if job["rule"] in ("sft_data", "sft")] == ["sft"]
-    assert job_inputs(fresh, "sft", "round2") == [
-        f"{RESULTS}/sft/round2/data.jsonl",
+    assert job_inputs(fresh, "sft", "sft-round2") == [
+        f"{RESULTS}/sft/sft-round2/data.jsonl",
         f"{RESULTS}/models/base/checkpoint",
     ]
 
@@ -410,3 +421,16 @@ def test_report_holds_the_plots(two_rounds):
     assert "[avg-of-2]" in html and "std_dev_across_runs" in html
     assert re.search(r"this run uses(\s|\\n)*<tt[^>]*>accumulate", html)
     assert "rulegraph_spec" in html
+    # the samples page, embedded whole as a data URI: each model's chosen samples, correct and incorrect, escaped
+    page = (workdir / RESULTS / "report/samples.html").read_text()
+    match = re.search(r"data:text/html;charset=[\w-]+;filename=samples\.html;base64,([A-Za-z0-9+/=]+)", html)
+    assert match, "the report embeds report/samples.html"
+    assert base64.b64decode(match.group(1)).decode() == page
+    files = samples.select_files(samples.find_judged_files(workdir / RESULTS, Layout().judged), splits=["test"])
+    groups = samples.choose_samples(files)
+    assert [group.model for group in groups] == ["base", "sft-round1", "sft-round2"]
+    for group in groups:
+        assert {sample.correct for sample in group.samples} == {True, False}, group.model
+        for sample in group.samples:
+            assert escape(sample.record["generation"]) in page and escape(sample.record["problem"]) in page
+    assert "<dt>route</dt>" in page and "<dt>verdict</dt>" in page

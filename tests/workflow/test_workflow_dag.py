@@ -22,21 +22,21 @@ RERUN_JUDGE = "python3 -m snakemake -c all -R judge"
 
 
 def test_job_counts_follow_chunks_and_seeds(tmp_path):
-    # default: 2 models; base generates on train (4 seeds) + test (4 seeds), round1 on test (4 seeds)
+    # default: 2 models; base generates on train (4 seeds) + test (4 seeds), sft-round1 on test (4 seeds)
     counts = dry_run_counts(tmp_path, "--config", "num_chunks=3", "num_seeds=5", "train_num_seeds=2")
     train_jobs = 2 * 3  # base on train: 2 seeds x 3 chunks
-    test_jobs = 2 * 5 * 3  # base and round1 on test: 5 seeds x 3 chunks
+    test_jobs = 2 * 5 * 3  # base and sft-round1 on test: 5 seeds x 3 chunks
     assert counts["generate"] == train_jobs + test_jobs
     assert counts["judge"] == train_jobs + test_jobs
     assert counts["merge_judged"] == 2 + 2 * 5
-    assert counts["summarize"] == 3  # base/train, base/test, round1/test
+    assert counts["summarize"] == 3  # base/train, base/test, sft-round1/test
     assert counts["prepare_data"] == 4  # bootstrap, validation, train, test
     assert counts["build_tiny_model"] == counts["sft_data"] == counts["sft"] == counts["eval"] == 1
 
 
 def test_rounds_chain_models(tmp_path):
     counts = dry_run_counts(tmp_path, "--config", "rounds=3", "num_chunks=1", "num_seeds=2", "train_num_seeds=2")
-    # rounds 1..3 are trained; base, round1 and round2 generate training data; all 4 models are evaluated
+    # rounds 1..3 are trained; base, sft-round1 and sft-round2 generate training data; all 4 models are evaluated
     assert counts["sft"] == counts["sft_data"] == 3
     assert counts["generate"] == 3 * 2 + 4 * 2
     assert counts["summarize"] == 3 + 4
@@ -155,4 +155,4 @@ def test_rerun_judge_reruns_judge_and_what_depends_on_it_nothing_else(tmp_path):
     rules = Counter(rule for rule, _ in planned)
     assert rules["judge"] == Counter(rule for rule, _, _ in jobs)["judge"]
     assert not {"prepare_data", "build_tiny_model"} & set(rules)
-    assert all("/round1/" in outputs[0] for rule, outputs in planned if rule == "generate"), "only the tuned model"
+    assert all("/sft-round1/" in outputs[0] for rule, outputs in planned if rule == "generate"), "only the tuned model"

@@ -1,0 +1,258 @@
+"""Judged samples to read (snakeskills.results.samples): a fixed-seed choice of correct and incorrect samples per
+model and benchmark, filters, the report's HTML page (escaped) and the terminal's text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from snakeskills.errors import SnakeskillsError
+from snakeskills.io import write_jsonl
+from snakeskills.plan.layout import Layout
+from snakeskills.results import samples as s
+
+PATTERN = Layout().judged
+
+
+def judged_row(index: int, seed: int, *, correct: bool, route: str | None = "boxed", **extra) -> dict:
+    row = {
+        "id": f"p{index}",
+        "problem": f"What is {index} + {index}?",
+        "expected_answer": str(2 * index),
+        "generation": f"seed {seed}: the sum is \\boxed{{{2 * index if correct else 0}}}",
+        "num_generated_tokens": 12,
+        "finish_reason": "stop",
+        "random_seed": seed,
+        "predicted_answer": str(2 * index if correct else 0),
+        "symbolic_correct": correct,
+    }
+    if route is not None:
+        row["extraction_route"] = route
+    return {**row, **extra}
+
+
+def write_results(folder: Path, runs: dict[tuple[str, str, str], list[list[dict]]]) -> Path:
+    """An experiment's results folder: runs[(model, benchmark, split)] the rows of each seed file."""
+    for (model, benchmark, split), seeds in runs.items():
+        for seed, rows in enumerate(seeds):
+            path = folder / PATTERN.format(model=model, benchmark=benchmark, split=split, seed=seed)
+            write_jsonl(path, rows)
+    return folder
+
+
+def half_correct(num_problems: int = 10, num_seeds: int = 2, **extra) -> list[list[dict]]:
+    return [
+        [judged_row(index, seed, correct=index % 2 == 0, **extra) for index in range(num_problems)]
+        for seed in range(num_seeds)
+    ]
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    return write_results(
+        tmp_path / "results" / "exp",
+        {
+            ("base", "add", "test"): half_correct(),
+            ("sft-round1", "add", "test"): half_correct(),
+            ("base", "add", "train"): half_correct(4, 1),
+        },
+    )
+
+
+def keys(group: s.SampleGroup) -> list[tuple[int, int, bool]]:
+    return [(sample.file.seed, sample.row_number, sample.correct) for sample in group.samples]
+
+
+def test_the_choice_is_fixed_by_the_seed_and_holds_both_verdicts(results):
+    files = s.find_judged_files(results, PATTERN)
+    assert [(file.model, file.split, file.seed) for file in files] == [
+        ("base", "test", 0),
+        ("base", "test", 1),
+        ("base", "train", 0),
+        ("sft-round1", "test", 0),
+        ("sft-round1", "test", 1),
+    ]
+    groups = s.choose_samples(files)
+    assert [(group.model, group.benchmark, group.split) for group in groups] == [
+        ("base", "add", "test"),
+        ("base", "add", "train"),
+        ("sft-round1", "add", "test"),
+    ]
+    base = groups[0]
+    assert base.verdicts == {"correct": 10, "incorrect": 10}
+    # 2 correct, then 2 incorrect, each of a problem of its own, each verdict the record's
+    assert [sample.correct for sample in base.samples] == [True, True, False, False]
+    assert len({sample.record["id"] for sample in base.samples}) == 4
+    assert all(sample.record["symbolic_correct"] == sample.correct for sample in base.samples)
+    # the same again, and from a copy of the files elsewhere (no dependence on paths or hash seeds)
+    assert [keys(group) for group in s.choose_samples(files)] == [keys(group) for group in groups]
+    other_seed = s.choose_samples(files, seed=7)
+    assert [keys(group) for group in other_seed] != [keys(group) for group in groups]
+    larger = s.choose_samples(files, per_verdict=3)[0]
+    assert [sample.correct for sample in larger.samples] == [True] * 3 + [False] * 3
+
+
+def test_the_choice_does_not_depend_on_the_folder(results, tmp_path):
+    copy = write_results(tmp_path / "elsewhere", {("base", "add", "test"): half_correct()})
+    here = s.choose_samples(s.select_files(s.find_judged_files(results, PATTERN), models=["base"], splits=["test"]))
+    there = s.choose_samples(s.find_judged_files(copy, PATTERN))
+    assert keys(here[0]) == keys(there[0])
+
+
+def test_a_verdict_filter_shows_the_same_samples_as_the_report(results):
+    files = s.select_files(s.find_judged_files(results, PATTERN), models=["base"], splits=["test"])
+    (both,) = s.choose_samples(files)
+    (incorrect,) = s.choose_samples(files, verdict="incorrect")
+    assert keys(incorrect) == [key for key in keys(both) if not key[2]]
+    (correct,) = s.choose_samples(files, verdict="correct", per_verdict=5)
+    assert [sample.correct for sample in correct.samples] == [True] * 5
+
+
+def test_filters_by_model_benchmark_split_and_route(tmp_path):
+    rows = [
+        judged_row(0, 0, correct=True, route="boxed"),
+        judged_row(1, 0, correct=False, route="none", predicted_answer=None),
+        judged_row(2, 0, correct=True, route="answer line"),
+        judged_row(3, 0, correct=False, route="boxed"),
+    ]
+    results = write_results(tmp_path, {("base", "add", "test"): [rows], ("base", "mul", "test"): [rows]})
+    files = s.select_files(s.find_judged_files(results, PATTERN), benchmarks=["mul"])
+    assert {file.benchmark for file in files} == {"mul"}
+    (group,) = s.choose_samples(files, route="answer line")
+    assert [(sample.record["id"], sample.route) for sample in group.samples] == [("p2", "answer line")]
+    (group,) = s.choose_samples(files, route="none")
+    assert [sample.record["id"] for sample in group.samples] == ["p1"]
+    assert group.routes == {"boxed": 2, "none": 1, "answer line": 1}
+    assert "predicted answer: -" in s.render_text([group])
+
+
+def test_records_judged_without_a_route_show_a_dash(tmp_path):
+    results = write_results(tmp_path, {("base", "add", "test"): half_correct(4, 1, route=None)})
+    files = s.find_judged_files(results, PATTERN)
+    (group,) = s.choose_samples(files)
+    assert {sample.route for sample in group.samples} == {"-"}
+    assert "route: -" in s.render_text([group])
+    assert "<dt>route</dt><dd><pre>-</pre></dd>" in s.render_html([group])
+    (selected,) = s.choose_samples(files, route="-")
+    assert len(selected.samples) == 4
+    (none,) = s.choose_samples(files, route="boxed")
+    assert none.samples == []
+
+
+def test_an_empty_selection_says_what_there_is(tmp_path):
+    results = write_results(tmp_path, {("base", "add", "test"): [[judged_row(0, 0, correct=False, route="none")]]})
+    groups = s.choose_samples(s.find_judged_files(results, PATTERN), verdict="correct")
+    assert not groups[0].samples
+    message = s.no_samples_message(groups, verdict="correct", route="boxed")
+    assert message.splitlines() == [
+        "no judged samples match verdict correct and route 'boxed'; what there is:",
+        "  base on add (test): 1 samples, 0 correct, 1 incorrect; routes: none 1",
+    ]
+
+
+def test_the_html_page_escapes_untrusted_text(tmp_path):
+    attack = judged_row(
+        0,
+        0,
+        correct=False,
+        generation='<script>alert("x")</script></pre><img src=x onerror=alert(1)> & \\boxed{1}',
+        problem="Is 1 < 2 & 3 > 2?",
+        predicted_answer="<b>1</b>",
+    )
+    results = write_results(tmp_path, {("base", "add", "test"): [[attack]]})
+    groups = s.choose_samples(s.find_judged_files(results, PATTERN))
+    page = s.render_html(groups)
+    assert "<script" not in page and "<img" not in page and "<b>1" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;/pre&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "Is 1 &lt; 2 &amp; 3 &gt; 2?" in page
+    assert page.count("<pre>") == page.count("</pre>")
+    output = tmp_path / "report" / "samples.html"
+    s.write_samples_html(groups, output)
+    assert output.read_text() == page
+
+
+def test_the_report_shows_long_generations_whole_and_the_terminal_cuts_them(tmp_path):
+    long_generation = "start of the reasoning " + "x" * 5000 + " so the answer is \\boxed{4}"
+    row = judged_row(2, 0, correct=True, generation=long_generation)
+    results = write_results(tmp_path, {("base", "add", "test"): [[row]]})
+    groups = s.choose_samples(s.find_judged_files(results, PATTERN))
+    page = s.render_html(groups)
+    assert "<details><summary>" in page and long_generation in page
+    text = s.render_text(groups, max_chars=200)
+    assert "start of the reasoning" in text and "so the answer is \\boxed{4}" in text
+    assert "x" * 200 not in text and "characters cut; --full shows them" in text
+    assert long_generation in s.render_text(groups, max_chars=None)
+
+
+def test_a_sample_shows_what_its_record_holds(tmp_path):
+    choice = judged_row(
+        0,
+        0,
+        correct=True,
+        problem="Which is even?",
+        options="A. 3\nB. 4",
+        expected_answer="B",
+        judge_correct=False,
+        judgement="Judgement: no",
+    )
+    program = {
+        "id": "f1",
+        "problem": "Write add(x).",
+        "generation": "```python\ndef add(x): return x\n```",
+        "predicted_answer": "def add(x): return x",
+        "symbolic_correct": False,
+        "execution_status": "failed",
+        "execution_error": "AssertionError",
+    }
+    results = write_results(tmp_path, {("base", "mc", "test"): [[choice]], ("base", "code", "test"): [[program]]})
+    code, multiple_choice = s.choose_samples(s.find_judged_files(results, PATTERN))
+    fields = dict(s.sample_fields(multiple_choice.samples[0]))
+    assert fields["options"] == "A. 3\nB. 4" and fields["expected answer"] == "B"
+    assert fields["verdict"] == "correct (symbolic_correct true, judge_correct false)"
+    assert fields["judgement"] == "Judgement: no"
+    fields = dict(s.sample_fields(code.samples[0]))
+    assert "expected answer" not in fields and fields["execution"] == "failed: AssertionError"
+    assert s.sample_origin(code.samples[0]) == "rs0 row 1, id f1"
+    # the LLM judge's verdict chooses with score judge_correct; a record without it names its file and row
+    (by_judge,) = s.choose_samples(s.find_judged_files(results, PATTERN)[1:], score="judge_correct")
+    assert [sample.correct for sample in by_judge.samples] == [False]
+    with pytest.raises(SnakeskillsError, match=r"output-rs0.jsonl: row 1: no 'judge_correct' field"):
+        s.choose_samples(s.find_judged_files(results, PATTERN)[:1], score="judge_correct")
+
+
+def test_the_results_folder_and_names_are_checked(results, tmp_path):
+    top = results.parent
+    assert s.experiment_folder(top, PATTERN) == results
+    assert s.experiment_folder(results, PATTERN) == results
+    with pytest.raises(SnakeskillsError, match="no results folder .*missing"):
+        s.experiment_folder(tmp_path / "missing", PATTERN)
+    write_results(top / "other", {("base", "add", "test"): half_correct(2, 1)})
+    with pytest.raises(SnakeskillsError, match="several experiments; name one of .*exp, .*other"):
+        s.experiment_folder(top, PATTERN)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SnakeskillsError, match="holds no judged samples"):
+        s.experiment_folder(tmp_path / "empty", PATTERN)
+    # chunk files beside the merged seed files are not samples of their own
+    write_jsonl(results / "judge/base/add/test/rs0/chunk0-of-1.jsonl", [judged_row(0, 0, correct=True)])
+    files = s.find_judged_files(results, PATTERN)
+    assert len(files) == 5
+    with pytest.raises(SnakeskillsError, match="no model 'bse' in .*; models there: base, sft-round1"):
+        s.select_files(files, models=["bse"], where=str(results))
+    with pytest.raises(SnakeskillsError, match="no split 'dev' in .*; splits there: test, train"):
+        s.select_files(files, splits=["dev"], where=str(results))
+    with pytest.raises(SnakeskillsError, match="no judged samples of model sft-round1, benchmark any on split train"):
+        s.select_files(files, models=["sft-round1"], splits=["train"], where=str(results))
+    with pytest.raises(SnakeskillsError, match="hold no judged samples yet"):
+        s.select_files([], where=str(results))
+
+
+def test_the_rules_files_are_labelled_by_their_runs(tmp_path):
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    files = s.labelled_files(paths, [("base", "add", 0), ("sft-round1", "add", 1)], "test")
+    assert [(file.model, file.benchmark, file.split, file.seed) for file in files] == [
+        ("base", "add", "test", 0),
+        ("sft-round1", "add", "test", 1),
+    ]
+    with pytest.raises(SnakeskillsError, match="2 judged files but 1"):
+        s.labelled_files(paths, [("base", "add", 0)], "test")
