@@ -10,6 +10,7 @@ rule eval:
     output:
         summary=LAYOUT.summary,
         table=LAYOUT.summary_table,
+        warnings=LAYOUT.warnings,
         flips=report(
             LAYOUT.flips,
             caption="../report/flips.rst",

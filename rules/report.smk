@@ -118,7 +118,8 @@ rule plot_training_curves:
 
 rule report_samples:
     input:
-        PLAN.eval_judged_files(),
+        judged=PLAN.eval_judged_files(),
+        warnings=LAYOUT.warnings,
     output:
         samples=report(
             LAYOUT.samples,

@@ -24,6 +24,7 @@ with script_logging(snakemake.log[0]) as logger:
         teacher=snakemake.params.teacher,
         summary_path=snakemake.output.summary,
         table_path=snakemake.output.table,
+        warnings_path=snakemake.output.warnings,
         flips_path=snakemake.output.flips,
         method_pairs=snakemake.params.method_pairs,
         training_costs=costs,

@@ -261,7 +261,7 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
     if sft["method"] == "full" and sft["merge"]:
         raise SnakeskillsError(
             "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
-            "writes each round's full checkpoint (models/round{r}/checkpoint)"
+            "writes each round's full checkpoint (models/sft-round{r}/checkpoint)"
         )
     gpus = training_gpus(config, gpus_available)
     processes = training_processes(config, gpus_available)

@@ -80,6 +80,8 @@ class Layout:
     synthesis_funnel_table: str = "synthesis/funnel.txt"
     summary: str = "eval/summary.json"
     summary_table: str = "eval/summary.txt"
+    # the run's warnings, one line each (also the end of summary.txt), for the report
+    warnings: str = "eval/warnings.json"
     flips: str = "eval/flips.tsv"
     plot: str = "report/{plot}.png"
     # a few judged eval samples of each model and benchmark, as a page of the report

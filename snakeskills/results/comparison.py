@@ -22,6 +22,7 @@ from snakeskills.results.paired_bootstrap import FLIPS_HEADER, PAIRED_GAIN
 from snakeskills.results.paired_bootstrap import compare as compare_paired
 from snakeskills.results.paired_bootstrap import describe as describe_paired
 from snakeskills.results.run_warnings import (
+    WARNING,
     format_warnings,
     metrics_fallback_warnings,
     metrics_warnings,
@@ -112,6 +113,7 @@ def write_comparison(
     teacher: str | None,
     summary_path,
     table_path,
+    warnings_path=None,
     flips_path,
     sft_stats=None,
     sections=None,
@@ -178,6 +180,8 @@ def write_comparison(
     table += format_warnings(warnings)
     write_json(summary_path, summary)
     write_text(table_path, table)
+    if warnings_path is not None:  # the report shows them (results/samples.py)
+        write_json(warnings_path, [line.removeprefix(WARNING) for line in warnings])
     return table
 
 

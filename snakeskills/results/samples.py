@@ -9,6 +9,8 @@ and one that reads the chosen rows, so a large eval split is never held in memor
 
 Rendered as a standalone HTML page for the report (every text escaped: generations are untrusted) and as plain text
 for the terminal (``python3 -m snakeskills.cli samples``), where long texts can be cut to their start and end.
+About 500 lines: finding, choosing and both renderings stay in one module so that the report and the command show
+the same samples by the same rules; the HTML page is the part to move out if it grows.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl
+from snakeskills.judging.extraction_routes import is_fallback
 
 CHOICE_SEED = 0
 PER_VERDICT = 2
@@ -438,19 +441,47 @@ def _html_sample(sample: Sample) -> str:
     )
 
 
-def render_html(groups: Sequence[SampleGroup], *, seed: int = CHOICE_SEED, per_verdict: int = PER_VERDICT) -> str:
-    """A standalone HTML page of the groups' samples: an overview table, then each group's samples."""
+def route_shares(group: SampleGroup) -> str:
+    """Every row of a group by extraction route, as shares of its samples, most first; a fallback route (one that
+    can credit a wrong statement that mentions the right answer) marked with *."""
+    total = sum(group.routes.values())
+    return ", ".join(
+        f"{route}{' *' if is_fallback(route) else ''} {100.0 * count / total:.0f}%"
+        for route, count in group.routes.most_common()
+    )
+
+
+def _html_warnings(warnings: Sequence[str] | None) -> str:
+    if warnings is None:
+        return ""
+    if not warnings:
+        return "<h2>Warnings</h2><p>none</p>"
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in warnings)
+    return f'<h2 id="warnings">Warnings ({len(warnings)})</h2><ul>{items}</ul>'
+
+
+def render_html(
+    groups: Sequence[SampleGroup],
+    *,
+    seed: int = CHOICE_SEED,
+    per_verdict: int = PER_VERDICT,
+    warnings: Sequence[str] | None = None,
+) -> str:
+    """A standalone HTML page: the run's ``warnings`` (eval/warnings.json, when given), an overview table of the
+    groups (verdicts, extraction routes), then each group's samples."""
     rows, sections = [], []
     for index, group in enumerate(groups, start=1):
         title = html.escape(_group_title(group))
         rows.append(
             f'<tr><td><a href="#group{index}">{title}</a></td><td>{group.verdicts["correct"]}</td>'
-            f"<td>{group.verdicts['incorrect']}</td><td>{len(group.samples)}</td></tr>"
+            f"<td>{group.verdicts['incorrect']}</td><td>{html.escape(route_shares(group))}</td>"
+            f"<td>{len(group.samples)}</td></tr>"
         )
         body = "".join(_html_sample(sample) for sample in group.samples) or "<p>no samples</p>"
         sections.append(f'<h2 id="group{index}">{title}</h2><p>{html.escape(_group_counts(group))}</p>{body}')
     overview = (
-        "<table><tr><th>model on benchmark (split)</th><th>correct</th><th>incorrect</th><th>shown</th></tr>"
+        "<table><tr><th>model on benchmark (split)</th><th>correct</th><th>incorrect</th>"
+        "<th>extraction routes (* a fallback)</th><th>shown</th></tr>"
         + "".join(rows)
         + "</table>"
         if groups
@@ -462,7 +493,7 @@ def render_html(groups: Sequence[SampleGroup], *, seed: int = CHOICE_SEED, per_v
         f"<p>Up to {per_verdict} correct and {per_verdict} incorrect judged samples of each model and benchmark, "
         f"chosen with seed {seed} (distinct problems first), all seeds pooled. Route: how the judge found the "
         f"answer ({NO_ROUTE}: not recorded).</p>"
-        f"{overview}{''.join(sections)}</body></html>\n"
+        f"{_html_warnings(warnings)}{overview}{''.join(sections)}</body></html>\n"
     )
 
 

@@ -313,8 +313,8 @@ def test_sft_dpo_and_kto_data_count_the_examples_a_fallback_credited(tmp_path):
     )
     assert "set by judge.regex (or benchmarks.<name>.judge.regex)" in line and "the round learns them" in line
     assert "2 of 4 desirable samples" in training_data_fallback_warnings("kto-round1", "kto", kto, THRESHOLDS)[0]
-    assert training_data_fallback_warnings("round1", "sft", sft, {"max_fallback_share": 50}) == []
-    assert training_data_fallback_warnings("round1", "sft", {"kept": 3}, THRESHOLDS) == [], (
+    assert training_data_fallback_warnings("sft-round1", "sft", sft, {"max_fallback_share": 50}) == []
+    assert training_data_fallback_warnings("sft-round1", "sft", {"kept": 3}, THRESHOLDS) == [], (
         "stats written before the counts"
     )
 

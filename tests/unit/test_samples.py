@@ -256,3 +256,18 @@ def test_the_rules_files_are_labelled_by_their_runs(tmp_path):
     ]
     with pytest.raises(SnakeskillsError, match="2 judged files but 1"):
         s.labelled_files(paths, [("base", "add", 0)], "test")
+
+
+def test_the_report_page_gives_each_groups_routes_and_the_runs_warnings(tmp_path):
+    """The overview tables how each model's answers were found (a fallback marked), and the run's warnings
+    (eval/warnings.json) open the page, escaped; without the file the section is left out."""
+    rows = [judged_row(index, 0, correct=True, route="regex fallback" if index < 3 else "boxed") for index in range(4)]
+    results = write_results(tmp_path, {("base", "add", "test"): [rows]})
+    groups = s.choose_samples(s.find_judged_files(results, PATTERN))
+    assert s.route_shares(groups[0]) == "regex fallback * 75%, boxed 25%"
+    warning = "base on add (eval split): 75.0% of the correct verdicts (3 of 4) rest on a fallback <regex>"
+    page = s.render_html(groups, warnings=[warning])
+    assert "<td>regex fallback * 75%, boxed 25%</td>" in page
+    assert '<h2 id="warnings">Warnings (1)</h2>' in page and "fallback &lt;regex&gt;</li>" in page
+    assert "<h2>Warnings</h2><p>none</p>" in s.render_html(groups, warnings=[])
+    assert "Warnings" not in s.render_html(groups)

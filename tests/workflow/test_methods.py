@@ -143,7 +143,7 @@ def _drop(key):
         ),
         (
             lambda config: config["model"].update(name="dpo-round7"),
-            "config key model.name must not start with 'round', 'dpo-round', 'kto-round' or 'grpo-round'",
+            "config key model.name must not start with 'sft-round', 'dpo-round', 'kto-round', 'grpo-round' or 'round'",
         ),
         (
             lambda config: (

@@ -434,3 +434,9 @@ def test_report_holds_the_plots(two_rounds):
         for sample in group.samples:
             assert escape(sample.record["generation"]) in page and escape(sample.record["problem"]) in page
     assert "<dt>route</dt>" in page and "<dt>verdict</dt>" in page
+    # each group's extraction routes, and the run's warnings as eval/summary.txt ends with them
+    assert "<th>extraction routes (* a fallback)</th>" in page
+    warnings = json.loads((workdir / RESULTS / "eval/warnings.json").read_text())
+    summary_table = (workdir / RESULTS / "eval/summary.txt").read_text()
+    assert all(line in summary_table for line in warnings)
+    assert all(escape(line) in page for line in warnings) and ("Warnings" in page)
