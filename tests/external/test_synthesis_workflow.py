@@ -156,7 +156,7 @@ def test_majority_labels_are_right_and_feed_the_students_sft(synthesis_run):
     assert list(stats["kept_by_source"]) == ["synthesized"] and stats["kept"] > 0
     assert not (results / "judge/base/arithmetic/train").exists(), "no train-split answer was judged"
     funnel = (results / "eval/summary.txt").read_text()
-    assert "synthesized problems per round" in funnel and "sft-round1  arithmetic" in funnel
+    assert "synthesized problems per round" in funnel and "round1  arithmetic" in funnel
     assert (results / "report/synthesis_funnel.png").stat().st_size > 0
 
 

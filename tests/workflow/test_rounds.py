@@ -378,7 +378,7 @@ def test_sft_exports_for_trl_and_llamafactory(two_rounds):
     }
     info = json.loads((folder / "dataset_info.json").read_text())
     assert info == {
-        "rounds-round2": {
+        "rounds-sft-round2": {
             "file_name": "alpaca.json",
             "formatting": "alpaca",
             "columns": {"prompt": "instruction", "query": "input", "response": "output"},
