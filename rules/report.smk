@@ -130,8 +130,6 @@ rule report_samples:
     params:
         runs=PLAN.eval_judged_runs(),
         split=config["eval_split"],
-        per_verdict=2,
-        seed=0,
     log:
         LOGS / "report/samples.log",
     conda:

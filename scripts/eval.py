@@ -1,7 +1,7 @@
 from snakeskills.job import script_logging
 from snakeskills.results.comparison import write_comparison
 from snakeskills.results.method_comparison import training_cost
-from snakeskills.results.run_warnings import CREDITED
+from snakeskills.training.methods import training_method
 
 with script_logging(snakemake.log[0]) as logger:
     tuned = snakemake.params.tuned_models  # {model: (method, round)}
@@ -32,7 +32,7 @@ with script_logging(snakemake.log[0]) as logger:
         training_data={
             model: (method, stats)
             for (model, (method, _)), stats in zip(tuned.items(), snakemake.input.training_data, strict=True)
-            if method in CREDITED
+            if training_method(method).credited
         },
         benchmark_judges=snakemake.params.benchmark_judges,
     )

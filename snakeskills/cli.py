@@ -241,7 +241,8 @@ def add_samples_command(commands) -> None:
         "--verdict", choices=("correct", "incorrect", "all"), default="all", help="which samples (default: all)"
     )
     samples.add_argument(
-        "--route", help="only samples whose answer was found this way (extraction_route, e.g. boxed; -: not recorded)"
+        "--route",
+        help="only samples whose answer was found this way (extraction_route, e.g. boxed; unknown: not recorded)",
     )
     samples.add_argument(
         "--limit",

@@ -226,10 +226,6 @@ def metrics_fallback_warnings(
     ]
 
 
-# what a round's credited examples are, by training method
-CREDITED = {"sft": "SFT examples", "dpo": "chosen answers", "kto": "desirable samples"}
-
-
 def training_data_fallback_warnings(model: str, method: str, stats: Mapping, thresholds: Mapping) -> list[str]:
     """The warning when more of a round's credited examples (``credited_counts`` in its stats.json) than
     ``warnings.max_fallback_share`` (percent) rest on a fallback route: the round learns what the fallback
@@ -242,7 +238,7 @@ def training_data_fallback_warnings(model: str, method: str, stats: Mapping, thr
         return []
     _, parts, fixes = _fallback_parts(stats["fallback_credited_by_route"], setting_keys({}, None))
     return [
-        f"{WARNING}{model}: {by_fallback} of {credited} {CREDITED[method]} ({share:.1f}%) were credited by a fallback "
+        f"{WARNING}{model}: {by_fallback} of {credited} {training_method(method).credited} ({share:.1f}%) were credited by a fallback "
         f"extraction (warnings.max_fallback_share {limit:g}%): {parts}. {_RISK}, and the round learns "
         f"them: {fixes} ({DOCS})"
     ]

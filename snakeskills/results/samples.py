@@ -25,14 +25,12 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl
-from snakeskills.judging.extraction_routes import is_fallback
+from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, UNKNOWN, is_fallback
 
 CHOICE_SEED = 0
 PER_VERDICT = 2
 VERDICTS = ("correct", "incorrect")
 SCORES = ("symbolic_correct", "judge_correct")
-ROUTE = "extraction_route"
-NO_ROUTE = "-"  # what a record judged before the route was recorded shows
 # a text longer than this is shown in the terminal as its start and its end (--full shows it whole); in the report,
 # a generation longer than this sits in a <details> block
 LONG_TEXT = 1200
@@ -86,9 +84,10 @@ class SampleGroup:
 
 
 def route_of(record: dict) -> str:
-    """How the record's answer was found (``extraction_route``), ``-`` for a record judged without one."""
-    route = record.get(ROUTE)
-    return NO_ROUTE if route is None else str(route)
+    """How the record's answer was found (``extraction_route``), ``unknown`` for a record judged before routes were
+    recorded (as metrics.json counts it)."""
+    route = record.get(EXTRACTION_ROUTE)
+    return UNKNOWN if route is None else str(route)
 
 
 def verdict_name(correct: bool) -> str:
@@ -492,7 +491,7 @@ def render_html(
         f"<style>{_STYLE}</style></head><body><h1>Samples</h1>"
         f"<p>Up to {per_verdict} correct and {per_verdict} incorrect judged samples of each model and benchmark, "
         f"chosen with seed {seed} (distinct problems first), all seeds pooled. Route: how the judge found the "
-        f"answer ({NO_ROUTE}: not recorded).</p>"
+        f"answer ({UNKNOWN}: judged before routes were recorded).</p>"
         f"{_html_warnings(warnings)}{overview}{''.join(sections)}</body></html>\n"
     )
 

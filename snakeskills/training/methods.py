@@ -73,6 +73,9 @@ class TrainingMethod:
     # group of completions, num_generations); a batch is then only ever whole (TRL's sampler drops a partial one).
     # None: a batch is batch_size records, the last one of a pass partial
     batch_units_key: str | None = None
+    # its records that rest on a verdict of correct, in words (a round's stats.json counts how many of them a fallback
+    # extraction credited: judging/extraction_routes.credited_counts). None: it keeps no judged samples (GRPO)
+    credited: str | None = None
 
     def tuned_model_name(self, round_number: int) -> str:
         """The name of the method's round ``round_number`` (in results paths and tables)."""
@@ -110,6 +113,7 @@ SFT = TrainingMethod(
     runtime_factor=1,
     frozen_reference=False,
     score_key=("filters", "score"),
+    credited="SFT examples",
 )
 DPO = TrainingMethod(
     name="dpo",
@@ -132,6 +136,7 @@ DPO = TrainingMethod(
     runtime_factor=2,
     frozen_reference=True,
     score_key=("pairs", "score"),
+    credited="chosen answers",
 )
 KTO = TrainingMethod(
     name="kto",
@@ -153,6 +158,7 @@ KTO = TrainingMethod(
     runtime_factor=2,
     frozen_reference=True,
     score_key=("samples", "score"),
+    credited="desirable samples",
 )
 GRPO = TrainingMethod(
     name="grpo",

@@ -176,7 +176,7 @@ def test_samples_prints_chosen_samples_of_a_results_folder(sample_results):
     assert again.stdout == out
     # records judged before extraction_route was recorded show a dash
     older = run_cli("samples", str(sample_results), "--model", "sft-round1")
-    assert "route: -" in older.stdout and "2 of 3 correct shown; chosen" in older.stdout
+    assert "route: unknown" in older.stdout and "2 of 3 correct shown; chosen" in older.stdout
 
 
 def test_samples_cuts_long_texts_unless_full(sample_results):
@@ -197,7 +197,7 @@ def test_samples_cuts_long_texts_unless_full(sample_results):
         (
             ["--model", "sft-round1", "--verdict", "incorrect"],
             "no judged samples match verdict incorrect; what there is:\n"
-            "  sft-round1 on add (test): 3 samples, 3 correct, 0 incorrect; routes: - 3",
+            "  sft-round1 on add (test): 3 samples, 3 correct, 0 incorrect; routes: unknown 3",
         ),
         (["--route", "regex", "--model", "base"], "no judged samples match route 'regex'"),
     ],

@@ -162,14 +162,7 @@ def judged_seed_files(tmp_path, judge) -> list:
 
 def test_a_last_number_fallback_credits_wrong_statements_and_the_summary_counts_them(tmp_path):
     paths = judged_seed_files(tmp_path, BOXED)
-    table = write_benchmark_summary(
-        "compare",
-        paths,
-        {},
-        metrics_path=tmp_path / "metrics.json",
-        table_path=tmp_path / "metrics.txt",
-        problems_path=tmp_path / "problems.jsonl",
-    )
+    _, table = summary_of(tmp_path, paths)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert list(metrics) == ["compare", "compare/extraction_routes"]
     assert metrics["compare/extraction_routes"] == {

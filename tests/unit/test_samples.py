@@ -127,14 +127,14 @@ def test_filters_by_model_benchmark_split_and_route(tmp_path):
     assert "predicted answer: -" in s.render_text([group])
 
 
-def test_records_judged_without_a_route_show_a_dash(tmp_path):
+def test_records_judged_without_a_route_show_it_unknown(tmp_path):
     results = write_results(tmp_path, {("base", "add", "test"): half_correct(4, 1, route=None)})
     files = s.find_judged_files(results, PATTERN)
     (group,) = s.choose_samples(files)
-    assert {sample.route for sample in group.samples} == {"-"}
-    assert "route: -" in s.render_text([group])
-    assert "<dt>route</dt><dd><pre>-</pre></dd>" in s.render_html([group])
-    (selected,) = s.choose_samples(files, route="-")
+    assert {sample.route for sample in group.samples} == {"unknown"}
+    assert "route: unknown" in s.render_text([group])
+    assert "<dt>route</dt><dd><pre>unknown</pre></dd>" in s.render_html([group])
+    (selected,) = s.choose_samples(files, route="unknown")
     assert len(selected.samples) == 4
     (none,) = s.choose_samples(files, route="boxed")
     assert none.samples == []
