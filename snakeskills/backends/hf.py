@@ -164,6 +164,15 @@ def draw_tokens(logits, seeds, step: int, sampling: SamplingParams):
     return candidate_ids.gather(1, noisy.argmax(dim=-1, keepdim=True)).squeeze(1)
 
 
+def drawn_logprobs(logits, tokens, sampling: SamplingParams):
+    """Each row's drawn token's log-probability under the temperature-scaled softmax (before top-k/top-p, as a
+    trainer's forward computes it; greedy: temperature 1)."""
+    import torch
+
+    scores = logits.float() / (sampling.temperature or 1.0)
+    return torch.log_softmax(scores, dim=-1).gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
 class PerRequestSampler:
     """``draw_tokens`` as a transformers logits processor, for ``model.generate``: the returned scores are
     -inf except 0 at each row's drawn token, so greedy ``generate`` picks it. The backend runs its own
@@ -302,31 +311,18 @@ class HFBackend:
         import torch
 
         torch.set_num_threads(threads)
-        # the folders it loads, whose files' identity a job's resume fingerprint holds (model_job.loaded_weights)
-        self.model_path, self.adapter_path = model_path, adapter_path
-        self.device = resolve_device(device)
-        self.batch_size = batch_size
-        self.model, self.tokenizer = load_model_and_tokenizer(
+        model, tokenizer = load_model_and_tokenizer(
             model_path,
             adapter_path=adapter_path,
-            device=self.device,
+            device=resolve_device(device),
             dtype=dtype,
             trust_remote_code=trust_remote_code,
         )
-        # Only the checkpoint's end-of-sequence tokens are taken from its generation_config.json: its sampling
-        # settings (do_sample, temperature, top_p, repetition_penalty, ...) never apply, since our own
-        # decoding loop samples with our settings alone.
-        eos = self.model.generation_config.eos_token_id
-        self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or [])
-        self.eos_token_ids.add(self.tokenizer.eos_token_id)
-        self._takes_logits_to_keep = "logits_to_keep" in forward_parameters(self.model)
-        self._cache_keyword = cache_keyword(self.model)
-        self.context_length = context_length(self.model, self.tokenizer)
+        self._use(model, tokenizer, model_path=model_path, adapter_path=adapter_path, batch_size=batch_size)
         self.share_prefix = share_prefix and not has_sliding_window_layers(self.model.config)
         if share_prefix and not self.share_prefix:
             logger.info("generation.share_prefix: off for %s (sliding-window attention layers)", model_path)
         # compile: a static KV cache and a torch.compile'd decoding step (CUDA graphs on a GPU)
-        self._compiled_step = None
         if compile:
             unsupported = unsupported_static_cache_layers(self.model.config)
             if unsupported:
@@ -336,12 +332,45 @@ class HFBackend:
                     "leave it; set generation.compile: false for this model"
                 )
             self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
-        self._stop_criteria: dict[tuple[str, ...], object] = {}
         adapter = f" + adapter {adapter_path}" if adapter_path else ""
         dtype = str(self.model.dtype).removeprefix("torch.")
         # what a job's log says of the model it generates with (a shared server's jobs log it too)
         self.loaded = f"model {model_path}{adapter} on {self.device} in {dtype} (context {self.context_length} tokens)"
         logger.info("loaded %s", self.loaded)
+
+    @classmethod
+    def around(cls, model, tokenizer, *, batch_size: int, share_prefix: bool = True) -> HFBackend:
+        """The decoding loop over a model already in memory (GRPO's rollouts: the policy being trained, whose weights
+        change between calls), not compiled, on the model's device; its results carry their token ids and
+        log-probabilities (``keep_tokens``). The caller puts the model in eval mode while it generates."""
+        backend = cls.__new__(cls)
+        backend._use(model, tokenizer, model_path=model.name_or_path, adapter_path=None, batch_size=batch_size)
+        backend.share_prefix = share_prefix and not has_sliding_window_layers(model.config)
+        backend.keep_tokens = True
+        backend.loaded = f"model {model.name_or_path} in memory on {backend.device}"
+        return backend
+
+    # whether results carry their token ids and log-probabilities (GenerationResult.token_ids, .logprobs)
+    keep_tokens = False
+
+    def _use(self, model, tokenizer, *, model_path: str, adapter_path: str | None, batch_size: int) -> None:
+        """Generate with this model and tokenizer (loaded by ``__init__``, or given to ``around``)."""
+        # the folders it loads, whose files' identity a job's resume fingerprint holds (model_job.loaded_weights)
+        self.model_path, self.adapter_path = model_path, adapter_path
+        self.model, self.tokenizer = model, tokenizer
+        self.device = str(next(model.parameters()).device)
+        self.batch_size = batch_size
+        # Only the checkpoint's end-of-sequence tokens are taken from its generation_config.json: its sampling
+        # settings (do_sample, temperature, top_p, repetition_penalty, ...) never apply, since our own
+        # decoding loop samples with our settings alone.
+        eos = self.model.generation_config.eos_token_id
+        self.eos_token_ids = {eos} if isinstance(eos, int) else set(eos or [])
+        self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        self._takes_logits_to_keep = "logits_to_keep" in forward_parameters(self.model)
+        self._cache_keyword = cache_keyword(self.model)
+        self.context_length = context_length(self.model, self.tokenizer)
+        self._compiled_step = None
+        self._stop_criteria: dict[tuple[str, ...], object] = {}
 
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None
@@ -415,7 +444,7 @@ class HFBackend:
     def _generate_batch(
         self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0, on_step=None
     ) -> list[GenerationResult]:
-        rows_tokens, lengths = self._decode(
+        rows_tokens, lengths, rows_logprobs = self._decode(
             self.batch_layout([request.prompt_token_ids for request in requests]),
             [request.seed for request in requests],
             sampling,
@@ -423,22 +452,28 @@ class HFBackend:
             on_step,
         )
         results = []
-        for tokens, length in zip(rows_tokens, lengths, strict=True):
+        for tokens, length, logprobs in zip(rows_tokens, lengths, rows_logprobs, strict=True):
             ended = length is not None
             tokens = tokens[:length] if ended else tokens
             # the text ends with the stop string that ended it (if any): cut there
             text, _ = truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop)
+            details = {}
+            if self.keep_tokens:
+                details = {"token_ids": tuple(tokens), "logprobs": tuple(logprobs[: len(tokens)])}
             results.append(
                 GenerationResult(
-                    generation=text, num_generated_tokens=len(tokens), finish_reason="stop" if ended else "length"
+                    generation=text,
+                    num_generated_tokens=len(tokens),
+                    finish_reason="stop" if ended else "length",
+                    **details,
                 )
             )
         return results
 
     def _decode(self, layout, seeds: list[int], sampling: SamplingParams, cache_length: int = 0, on_step=None):
-        """Decode one batch (``batch_layout``) with a KV cache: (generated token ids per row, and per row the number
+        """Decode one batch (``batch_layout``) with a KV cache: (generated token ids per row, per row the number
         of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
-        to ``max_new_tokens``).
+        to ``max_new_tokens``, and per row its tokens' log-probabilities when ``keep_tokens``, else empty lists).
 
         Unlike ``model.generate``, finished rows leave the batch: they are dropped from the KV cache and every
         per-row tensor (``_time_to_compact`` says when), so later steps compute only the rows still running.
@@ -465,6 +500,9 @@ class HFBackend:
         ended_at: list[int | None] = [None] * batch  # per row in the batch: tokens up to its end
         lengths: list[int | None] = [None] * batch  # per original row
         rows_tokens: list[list[int]] = [[] for _ in range(batch)]
+        rows_logprobs: list[list[float]] = [[] for _ in range(batch)]
+        # per running row, each drawn token's log-probability (keep_tokens)
+        token_logprobs = torch.zeros((batch, max_new_tokens)) if self.keep_tokens else None
 
         def collect(batch_rows: list[int], generated: int) -> None:
             """Copy these rows' generated tokens out of the batch (one host transfer)."""
@@ -473,6 +511,9 @@ class HFBackend:
                 for batch_row, tokens in zip(batch_rows, block, strict=True):
                     rows_tokens[running[batch_row]] = tokens
                     lengths[running[batch_row]] = ended_at[batch_row]
+                if token_logprobs is not None:
+                    for batch_row, logprobs in zip(batch_rows, token_logprobs[batch_rows, :generated].tolist()):
+                        rows_logprobs[running[batch_row]] = logprobs
 
         generated = batch_tokens = 0
         cache = self._new_cache(cache_length)
@@ -487,6 +528,8 @@ class HFBackend:
             )
             for step in range(max_new_tokens):
                 tokens = draw_tokens(logits, seeds_tensor, step, sampling)
+                if token_logprobs is not None:
+                    token_logprobs[:, step] = drawn_logprobs(logits, tokens, sampling).cpu()
                 column = prompt_length + step
                 sequences[:, column] = tokens
                 ended = torch.isin(tokens, eos_token_ids)
@@ -509,6 +552,8 @@ class HFBackend:
                     cache = self._kept_rows(cache, index, cache_length)
                     sequences, attention, tokens = sequences[index], attention[index], tokens[index]
                     seeds_tensor, next_positions = seeds_tensor[index], next_positions[index]
+                    if token_logprobs is not None:
+                        token_logprobs = token_logprobs[index.cpu()]
                     running = [running[batch_row] for batch_row in keep]
                     ended_at = [ended_at[batch_row] for batch_row in keep]
                 if static:
@@ -518,7 +563,7 @@ class HFBackend:
                     logits = self._forward(tokens.unsqueeze(1), attention[:, : column + 1], next_positions, cache)
                 next_positions = next_positions + 1
         collect(list(range(len(running))), generated)
-        return rows_tokens, lengths
+        return rows_tokens, lengths, rows_logprobs
 
     def _new_cache(self, length: int):
         """The KV cache of one batch: grown step by step, or allocated once at its final length (compile)."""

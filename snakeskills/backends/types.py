@@ -34,6 +34,10 @@ class GenerationResult:
     error: str | None = None  # why a soft failure produced no generation (e.g. the prompt is too long)
     # the reasoning an OpenAI-compatible server split off the text (a reasoning parser: message.reasoning_content)
     reasoning_content: str | None = None
+    # the generated token ids (up to and including the EOS or the token that completed a stop string) and each one's
+    # log-probability under the sampling temperature: only from a backend asked for them (hf's ``keep_tokens``)
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
