@@ -108,8 +108,15 @@ def generation_settings(wildcards):
     return PLAN.generation_settings(wildcards.model, wildcards.benchmark, wildcards.split)
 
 
+def local_run():
+    """Whether Snakemake runs the jobs on this node (`snakemake -c all`), not each in an allocation of its own
+    (`--profile slurm`). Here a shared model server (generation.share_model) claims its GPUs itself and the jobs it
+    serves declare none, so they run side by side (snakeskills.backends.specs.declared_job_gpus)."""
+    return not (workflow.non_local_exec or cluster_run(EXECUTOR or started_executor()))
+
+
 def generation_job_gpus(wildcards):
-    return PLAN.generation_gpus(wildcards.model, wildcards.split, gpus_available())
+    return PLAN.generation_gpus(wildcards.model, wildcards.split, gpus_available(), local_run=local_run())
 
 
 def generation_job_memory(wildcards):
@@ -136,7 +143,7 @@ def judge_threads():
 
 
 def llm_judge_gpus(wildcards):
-    return PLAN.llm_judge_gpus(gpus_available())
+    return PLAN.llm_judge_gpus(gpus_available(), local_run=local_run())
 
 
 def judged_chunks(wildcards):

@@ -80,7 +80,7 @@ if SYNTHESIS.llm_check:
             LOGS / "synthesis/round{round}/{benchmark}/llm-check.log",
         threads: 1
         resources:
-            gpu=lambda w: SYNTHESIS.contamination_check_gpus(gpus_available()),
+            gpu=lambda w: SYNTHESIS.contamination_check_gpus(gpus_available(), local_run=local_run()),
             mem_mb=SYNTHESIS.contamination_check_resources()["mem_mb"],
             runtime=SYNTHESIS.contamination_check_resources()["runtime"],
         conda:

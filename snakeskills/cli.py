@@ -57,8 +57,9 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
     from snakeskills.backends.gpus import claim_job_gpus
     from snakeskills.backends.specs import pinned_device
 
-    # a job sharing a model server frees the GPU of other servers when it connects (SharedModelBackend)
-    claim_job_gpus(gpus, pinned=pinned_device(generation), free_server_memory=not generation["share_model"]["enabled"])
+    # a job with GPUs of its own is never served by a server on them (the server's key holds the GPUs it runs on), so
+    # while it waits it asks servers holding them to exit
+    claim_job_gpus(gpus, pinned=pinned_device(generation))
 
 
 def asked_model(

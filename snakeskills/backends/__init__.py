@@ -98,9 +98,12 @@ def backend_from_config(
     for key in ("model_path", "adapter_path"):
         if options[key] is not None:
             options[key] = os.path.abspath(options[key])
+    from snakeskills.backends.gpus import server_candidates
+
     return build_backend(
         "shared",
         backend=name,
+        gpus=spec.job_gpus(generation, bool(server_candidates())),  # the server's, as the backend counts them
         options=options,
         chat_template=chat_template,
         chat_template_kwargs=chat_template_kwargs,

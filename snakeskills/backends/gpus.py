@@ -1,14 +1,29 @@
-"""Which GPUs a job runs on: the ones SLURM gave it, or, on a workstation, ones no other job of ours holds.
+"""Which GPUs a job runs on: the ones SLURM gave it, or, on a workstation, ones no other process of ours holds.
 
 Rules that use GPUs declare how many (``resources: gpu=N``, see rules/common.smk), so that
 ``snakemake --resources gpu=K`` never runs more than K GPUs' worth of jobs at once. Snakemake counts but does
 not assign devices. On SLURM the allocation sets ``CUDA_VISIBLE_DEVICES`` and that stays. Elsewhere a job
-claims N of the node's GPUs with one lock file per device (in the user's private model server folder) and
+claims N of the node's GPUs with one lock file per device (in the user's private runtime folder) and
 sets ``CUDA_VISIBLE_DEVICES`` to them before CUDA starts, so each job sees only its own devices; a job that
-declares none sees none. A claim ends with the job's process. A shared model server (generation.share_model)
-runs on its starting job's GPUs and keeps their memory until it exits; jobs of its model that claim those GPUs
-next reuse it (its key holds the visible devices), and any other job that claims one asks it to exit and waits
-for its memory (``free_idle_servers``).
+declares none sees none (and remembers the node's GPUs, ``server_candidates``, for a model server it may start).
+
+Who holds a GPU on a workstation (a local run):
+
+| process | claims | holds the claim until |
+| --- | --- | --- |
+| a job that loads a model itself (training; generate with share_model off) | its rule's gpu count | it ends |
+| a job served by a shared model server (generation.share_model, hf/vllm) | none (declares gpu=0) | - |
+| a shared model server | its backend's GPUs (hf: 1, vllm: tensor_parallel_size, device cpu: 0) | it exits |
+
+A server's claim is taken by the job that starts it, before it starts (``claim_server_gpus``: no start timeout
+runs while it waits), and handed to the server as the open lock files themselves: the claim lasts as long as the
+server, not its starting job. So the jobs of one model run side by side, as many as Snakemake has cores for, on
+one server that holds one GPU (CUDA starts once per load, in the server); and a job that claims the GPU of a
+server it will not use (a training job, a server of another model) waits for it, asking it to exit
+(``request_release``): the server takes no new jobs, finishes those it serves and exits, freeing the claim and
+the memory together. Snakemake does not count a server's GPU (no rule declares it): a training job may start while
+a server holds the GPU it needs; it then waits in its claim as above. In a SLURM job the servers run on the
+allocation's GPUs and end with it: nothing is claimed or marked there.
 """
 
 from __future__ import annotations
@@ -108,25 +123,86 @@ def planning_for_gpu_nodes(executor: Executor | None = None) -> bool:
     return bool(node_gpus()) or shutil.which("sbatch") is not None
 
 
-def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pinned: int | None = None) -> list[str]:
+# the node's GPUs this job hid from itself (it declared none: claim_gpus 0), the ones a server it starts may claim
+_hidden: list[str] = []
+
+
+def slurm_allocation() -> bool:
+    """Whether this process runs in a SLURM job whose allocation set its GPUs (nothing is claimed there)."""
+    return bool(os.environ.get("SLURM_JOB_ID")) and "CUDA_VISIBLE_DEVICES" in os.environ
+
+
+def own_claims() -> list[str]:
+    """The GPUs this process claimed (``claim_gpus``) and still holds."""
+    names = [Path(lock.name).name for lock in _held if not lock.closed]
+    return [name.removeprefix("gpu-").removesuffix(".lock") for name in names if ".server-" not in name]
+
+
+def hidden_node_gpus() -> list[str] | None:
+    """The node's GPUs this job hid from itself (it declared none: ``claim_gpus`` 0), while they stay hidden; else
+    None."""
+    return list(_hidden) if _hidden and os.environ.get("CUDA_VISIBLE_DEVICES") == "" else None
+
+
+def server_candidates() -> list[str]:
+    """The node's GPUs a model server started by this job may claim: those the job hid from itself (it declared
+    none), else the ones it sees."""
+    hidden = hidden_node_gpus()
+    return node_gpus() if hidden is None else hidden
+
+
+def claim_gpus(
+    count: int,
+    directory: str | Path,
+    poll_seconds: float = 1.0,
+    pinned: int | None = None,
+    *,
+    free_server_memory: bool = True,
+    keep: str | None = None,
+) -> list[str]:
     """Claim ``count`` GPUs for this job and make them the only ones it sees; returns them.
 
     ``pinned``: the config names one device (hf ``device: cuda:N``, N an index among the visible GPUs): that
     GPU's claim is taken, and the job keeps seeing the devices it saw, so ``cuda:N`` still names it.
 
     In a SLURM job whose allocation set ``CUDA_VISIBLE_DEVICES``, or on a machine without GPUs, nothing
-    changes. ``count`` 0 hides the node's GPUs from the job. Otherwise waits until ``count`` of the node's
-    GPUs are free of other jobs' claims (under ``--resources gpu=K``, K at most the node's GPUs, the wait
-    is short or none).
+    changes. ``count`` 0 hides the node's GPUs from the job (``server_candidates`` still names them). Otherwise
+    waits until ``count`` of the node's GPUs are free of other claims, meanwhile asking the model servers that
+    hold them (but ``keep``'s; none unless ``free_server_memory``) to exit (``request_release``).
     """
-    if os.environ.get("SLURM_JOB_ID") and "CUDA_VISIBLE_DEVICES" in os.environ:
+    if slurm_allocation():
         return node_gpus()
     devices = node_gpus()
     if not devices:
         return []
     if count == 0:
+        _hidden[:] = devices
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return []
+    locks = wait_for_claims(
+        count, devices, directory, poll_seconds, pinned, keep=keep, free_server_memory=free_server_memory
+    )
+    _held.extend(locks.values())
+    chosen = list(locks)
+    if pinned is None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+    logger.info("claimed GPU(s) %s of %s", ",".join(chosen), ",".join(devices))
+    return chosen
+
+
+def wait_for_claims(
+    count: int,
+    devices: list[str],
+    directory: str | Path,
+    poll_seconds: float = 1.0,
+    pinned: int | None = None,
+    *,
+    keep: str | None = None,
+    free_server_memory: bool = True,
+) -> dict:
+    """Take the claims of ``count`` of ``devices`` (the ``pinned`` one's), waiting for them; returns each claimed
+    device's open lock file (closing every copy of it ends the claim). While it waits it asks the model servers on
+    those devices (but ``keep``'s) to exit, unless not ``free_server_memory``."""
     if count > len(devices):
         raise SnakeskillsError(
             f"this job declares gpu={count} but the node has {len(devices)} GPU(s) ({','.join(devices)}): "
@@ -142,29 +218,33 @@ def claim_gpus(count: int, directory: str | Path, poll_seconds: float = 1.0, pin
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     waited_since = time.monotonic()
+    requested: list[Path] = []
     while True:
-        claimed = []
+        claimed = {}
         for device in candidates:
-            lock = open(folder / f"gpu-{device}.lock", "a")  # noqa: SIM115 - held open for the process's life
+            lock = open(folder / f"gpu-{device}.lock", "a")  # noqa: SIM115 - held open for the claim's life
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 lock.close()
                 continue
-            claimed.append((device, lock))
+            claimed[device] = lock
             if len(claimed) == count:
                 break
         if len(claimed) == count:
-            _held.extend(lock for _, lock in claimed)
-            chosen = [device for device, _ in claimed]
-            if pinned is None:
-                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-            logger.info("claimed GPU(s) %s of %s", ",".join(chosen), ",".join(devices))
-            return chosen
-        for _, lock in claimed:
+            for request in requested:  # the servers of GPUs it did not take may stay
+                request.unlink(missing_ok=True)
+            for device in claimed:
+                remove_dead_server_marks(folder, device)
+            return claimed
+        for lock in claimed.values():
             lock.close()
+        if free_server_memory:
+            requested.extend(request_release(folder, [d for d in candidates if d not in claimed], keep))
         if time.monotonic() - waited_since > 60:
-            logger.info("waiting for %d free GPU(s) of %s (others are claimed by running jobs)", count, devices)
+            logger.info(
+                "waiting for %d free GPU(s) of %s (others are claimed by jobs or model servers)", count, devices
+            )
             waited_since = time.monotonic()
         time.sleep(poll_seconds)
 
@@ -177,58 +257,92 @@ def claims_directory() -> Path:
 
 
 def claim_job_gpus(count: int, pinned: int | None = None, *, free_server_memory: bool = True) -> list[str]:
-    """``claim_gpus`` in ``claims_directory``; then, unless the job will use a shared model server
-    (``free_server_memory`` false: the server it connects to does that), idle model servers still holding
-    memory on the claimed GPUs exit before the job starts (``free_idle_servers``)."""
-    devices = claim_gpus(count, claims_directory(), pinned=pinned)
-    if free_server_memory:
-        free_idle_servers(devices)
-    return devices
+    """``claim_gpus`` in ``claims_directory``: the job's own GPUs (its rule's gpu resource). While it waits for
+    GPUs held by model servers it asks them to exit, unless not ``free_server_memory`` (a job that will use a
+    shared model server: one of its own model may hold them)."""
+    return claim_gpus(count, claims_directory(), pinned=pinned, free_server_memory=free_server_memory)
 
 
-# A model server runs on the GPUs of the job that started it and keeps their memory until it exits, which is
-# after that job has ended and released its claim. It marks each GPU with a lock file of its own
-# (gpu-<device>.server-<key>.lock, held while it runs). A job that claims such a GPU and will not use that
-# server asks it to exit (a .release file beside the lock; an idle server exits within a second) and waits
-# for its lock, that is for its memory.
+class ServerGpus(NamedTuple):
+    """The GPUs a model server runs on: ``devices``, the ones it holds (and marks); ``visible``, the
+    ``CUDA_VISIBLE_DEVICES`` it starts with (None: the starting job's); ``locks``, the open claim files it is
+    handed (its claim lasts while any copy is open)."""
+
+    devices: list[str]
+    visible: str | None
+    locks: list
+
+
+def claim_server_gpus(count: int, key: str, pinned: int | None = None, poll_seconds: float = 1.0) -> ServerGpus:
+    """Claim the GPUs of a model server (``key``) this job is about to start, waiting for them (other servers
+    on them are asked to exit; the jobs and servers of ``key`` are not).
+
+    In a SLURM allocation the server runs on its GPUs. A job that claimed GPUs itself (it declared some) hands
+    its own to the server. Otherwise ``count`` of the node's GPUs (``server_candidates``) are claimed here, for
+    the server: the caller passes ``locks`` to it and closes its own copies."""
+    if slurm_allocation():
+        return ServerGpus(node_gpus(), None, [])
+    own = own_claims()
+    if own:
+        return ServerGpus(own, None, [])
+    devices = server_candidates()
+    if count == 0 or not devices:
+        return ServerGpus([], "", [])
+    locks = wait_for_claims(count, devices, claims_directory(), poll_seconds, pinned, keep=key)
+    logger.info("GPU(s) %s of %s claimed for the model server this job starts", ",".join(locks), ",".join(devices))
+    visible = ",".join(devices) if pinned is not None else ",".join(locks)
+    return ServerGpus(list(locks), visible, list(locks.values()))
+
+
+# A model server holds its GPUs' claims (above) and marks each of them with a lock file of its own
+# (gpu-<device>.server-<key>.lock, held while it runs). A process that waits for such a GPU asks the server to
+# exit with a .release file beside it: the server takes no new jobs and exits once its jobs are done.
 
 
 def _server_lock_name(device: str, key: str) -> str:
     return f"gpu-{device}.server-{key}.lock"
 
 
-def mark_server_gpus(key: str) -> list[Path]:
-    """In a model server: mark the GPUs it sees as holding its memory, for its lifetime (not in a SLURM job, whose
-    servers end with it). Returns the request files whose appearance asks it to exit."""
+def mark_server_gpus(key: str, devices: list[str]) -> list[Path]:
+    """In a model server: mark the GPUs it holds (``devices``) as its own, for its lifetime (not in a SLURM job,
+    whose servers end with it). Returns the request files whose appearance asks it to exit."""
     if os.environ.get("SLURM_JOB_ID"):
         return []
     folder, requests = claims_directory(), []
-    for device in node_gpus():
+    for device in devices:
         lock_path = folder / _server_lock_name(device, key)
         lock = open(lock_path, "a")  # noqa: SIM115 - held open for the process's life
         fcntl.flock(lock, fcntl.LOCK_SH)
         _held.append(lock)
-        requests.append(lock_path.with_suffix(".release"))
+        request = lock_path.with_suffix(".release")
+        request.unlink(missing_ok=True)  # an exited server's of the same key; a waiter still waiting asks again
+        requests.append(request)
     return requests
 
 
-def free_idle_servers(devices: list[str], keep: str | None = None) -> None:
-    """Ask the model servers (but ``keep``'s) that hold memory on these GPUs to exit, and wait until they have.
-    The caller holds the GPUs' claims, so no job is using those servers: they exit at once."""
-    folder = claims_directory()
+def request_release(folder: Path, devices: list[str], keep: str | None = None) -> list[Path]:
+    """Ask the model servers (but ``keep``'s) running on these GPUs to exit; returns the requests made."""
+    made = []
     for device in devices:
         for lock_path in sorted(folder.glob(_server_lock_name(device, "*"))):
             if keep is not None and lock_path.name == _server_lock_name(device, keep):
                 continue
-            with open(lock_path, "a") as lock:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    request = lock_path.with_suffix(".release")
-                    request.touch()
-                    logger.info("GPU %s: an idle model server holds its memory; waiting for it to exit", device)
-                    started = time.monotonic()
-                    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the server process ends
-                    request.unlink(missing_ok=True)
-                    logger.info("GPU %s: the model server exited after %.1fs", device, time.monotonic() - started)
-                lock_path.unlink(missing_ok=True)
+            request = lock_path.with_suffix(".release")
+            if not request.exists():
+                request.touch()
+                made.append(request)
+                logger.info("GPU %s: a model server holds it; asked it to exit once its jobs are done", device)
+    return made
+
+
+def remove_dead_server_marks(folder: Path, device: str) -> None:
+    """Remove the marks (and requests) of servers that have exited on a GPU just claimed: a running one would
+    still hold the claim."""
+    for lock_path in sorted(folder.glob(_server_lock_name(device, "*"))):
+        with open(lock_path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a server of an older release, or one that does not hold the claim: left alone
+            lock_path.with_suffix(".release").unlink(missing_ok=True)
+            lock_path.unlink(missing_ok=True)

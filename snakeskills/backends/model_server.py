@@ -10,14 +10,20 @@ so results do not depend on which jobs run together: every row has its own seed)
 server is started: config decides how many jobs share a load. Each job's log says whether it
 started the server ("started model server") or reused one, so loads can be counted from the logs.
 
+GPUs: on a workstation the server, not its jobs, holds the GPUs it runs on (``snakeskills.backends.gpus``): the
+job that starts it claims them first (waiting for them as any claim does, asking other models' idle servers to
+exit) and hands the claim over with the open lock files, so it lasts as long as the server. The jobs it serves
+declare no GPU (rules/common.smk), see none, and never import torch or start CUDA: they run side by side, and
+CUDA starts once per load, in the server. In a SLURM job the server runs on the allocation's GPUs.
+
 A server is private and keyed to what it serves and where it runs. Its folder must be the user's own, mode 0700
-(anyone who can create a socket there could read the prompts and answer with made-up generations), and its key
-holds the backend settings, the identity of the weights (``weights_identity``: every file of the model's and the
-adapter's folders by size, times and inode, not only their paths), the host, the visible GPUs and the SLURM job.
-So jobs of two allocations on one node never share a server that runs on the other's GPUs and dies with the
-other's job, and a round retrained in place (same folder, new adapter) while a server of its old weights is up
-gets a server of its own: the old one, which no job can reach any more, exits as soon as it has no job. A server
-checks, once loaded, that its files are still those its job saw (else it stops: they changed while it loaded).
+(anyone who can create a socket there could read the prompts and answer with made-up generations), and its key holds
+the backend settings, the identity of the weights (``weights_identity``: every file of the model's and the adapter's
+folders by size, times and inode, not only their paths), the host, the node's GPUs the job may use and the SLURM
+job. So jobs of two allocations on one node never share a server that runs on the other's GPUs and dies with the
+other's job, and a round retrained in place (same folder, new adapter) while a server of its old weights is up gets
+a server of its own: the old one, which no job can reach any more, exits as soon as it has no job. A server checks,
+once loaded, that its files are still those its job saw (else it stops: they changed while it loaded).
 
 Protocol: one JSON object per line over the socket: ``{"op": "hello"}`` then any number of
 ``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``.
@@ -99,13 +105,16 @@ def options_weights(options: dict) -> str:
 
 
 def server_key(options: dict, weights: str) -> str:
-    """The server for these backend options and these weights (``weights_identity``), on this host, these visible
-    GPUs and this SLURM job."""
+    """The server for these backend options and these weights (``weights_identity``), on this host, these GPUs
+    (the node's that a job without GPUs of its own hid from itself, else its visible ones) and this SLURM job."""
+    from snakeskills.backends.gpus import hidden_node_gpus
+
+    hidden = hidden_node_gpus()
     identity = {
         "options": options,
         "weights": weights,
         "host": socket.gethostname(),
-        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") if hidden is None else ",".join(hidden),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
@@ -134,7 +143,10 @@ def server_paths(directory: str | Path, key: str) -> tuple[Path, Path, Path]:
 
 
 class SharedModelBackend:
-    """A backend whose model lives in a shared server process (started on first use)."""
+    """A backend whose model lives in a shared server process (started on first use).
+
+    ``gpus``: the GPUs the server claims (its generation section's ``job_gpus``); None: as its backend options
+    tell (``specs.server_gpus``)."""
 
     takes = "messages"  # the server tokenizes them (prompts.encode_messages) with the model's tokenizer
 
@@ -148,15 +160,17 @@ class SharedModelBackend:
         directory: str,
         idle_seconds: float,
         jobs_per_load: int,
+        gpus: int | None = None,
     ):
-        from snakeskills.backends.gpus import free_idle_servers, node_gpus
+        from snakeskills.backends.gpus import server_candidates
+        from snakeskills.backends.specs import server_gpus
 
+        self.gpus = server_gpus(backend, options, bool(server_candidates())) if gpus is None else gpus
         self.chat_format = {"chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs}
         self.options = {"backend": backend, **options}
         # what this job's model is now: looked at once, so that the key, the server and the log agree
         self.weights = options_weights(self.options)
         self.key = server_key(self.options, self.weights)
-        free_idle_servers(node_gpus(), keep=self.key)  # other models' (and older weights') idle servers on its GPUs
         folder = private_directory(directory)
         self.socket_path, lock_path, self.server_log = server_paths(folder, self.key)
         for _attempt in range(5):
@@ -196,8 +210,16 @@ class SharedModelBackend:
         return connection
 
     def _start_server(self, idle_seconds: float, jobs_per_load: int) -> None:
+        from snakeskills.backends.gpus import claim_server_gpus
+        from snakeskills.backends.specs import pinned_device
+
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket of a dead server
+        # its GPUs first, however long another job or server holds them: the start timeout below is the load's
+        held = claim_server_gpus(self.gpus, self.key, pinned=pinned_device(self.options))
+        environment = dict(os.environ)
+        if held.visible is not None:
+            environment["CUDA_VISIBLE_DEVICES"] = held.visible
         command = [
             sys.executable,
             "-m",
@@ -208,16 +230,35 @@ class SharedModelBackend:
             json.dumps(self.options),
             "--weights",
             self.weights,
+            "--key",
+            self.key,
+            "--gpus",
+            ",".join(held.devices),
             "--idle-seconds",
             str(idle_seconds),
             "--jobs-per-load",
             str(jobs_per_load),
         ]
-        with open(self.server_log, "a") as log:
-            process = subprocess.Popen(
-                command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-            )  # outlives this job; exits when idle
-        logger.info("started model server pid %d (log: %s)", process.pid, self.server_log)
+        try:
+            with open(self.server_log, "a") as log:
+                process = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=environment,
+                    pass_fds=[lock.fileno() for lock in held.locks],  # the claim goes with the server
+                )  # outlives this job; exits when idle
+        finally:
+            for lock in held.locks:
+                lock.close()  # this job's copies: the server's keep the claim
+        logger.info(
+            "started model server pid %d on GPU(s) %s (log: %s)",
+            process.pid,
+            ",".join(held.devices) or "none",
+            self.server_log,
+        )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -367,10 +408,14 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
         logger.info("served %d jobs: retiring after the current ones", self.jobs)
 
 
-def serve(socket_path: str, options: dict, weights: str, idle_seconds: float, jobs_per_load: int) -> None:
+def serve(
+    socket_path: str, options: dict, weights: str, idle_seconds: float, jobs_per_load: int, key: str, gpus: list[str]
+) -> None:
+    """Load the model and answer jobs until idle. ``key``: its ``server_key``; ``gpus``: the devices whose claims
+    it was handed (it marks them, so that a process waiting for one can ask it to exit)."""
     from snakeskills.backends.gpus import mark_server_gpus
 
-    release_requests = mark_server_gpus(server_key(options, weights))  # its GPUs hold its memory until it exits
+    release_requests = mark_server_gpus(key, gpus)  # its GPUs hold its memory until it exits
     server = ModelServer(socket_path, options, weights, jobs_per_load)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -381,9 +426,10 @@ def serve(socket_path: str, options: dict, weights: str, idle_seconds: float, jo
         stale = server.clients == 0 and not server.serves_its_weights()
         with server.state_lock:
             idle = server.clients == 0 and time.monotonic() - server.last_activity > idle_seconds
-            if server.clients == 0 and any(request.exists() for request in release_requests):
-                logger.info("a job claimed this server's GPU(s): exiting to free their memory")
-                idle = True
+            if server.jobs_per_load and any(request.exists() for request in release_requests):
+                logger.info("a job waits for this server's GPU(s): taking no new jobs, exiting to free their memory")
+                server.jobs_per_load = 0  # a job connecting now is turned away and starts a fresh server
+                server.retire()
             if server.clients == 0 and stale:
                 logger.info("its weights changed on disk (a new key; no job can reach it): exiting")
                 idle = True
@@ -404,6 +450,8 @@ def main() -> None:
     parser.add_argument("--weights", required=True, help="weights_identity of the files the starting job saw")
     parser.add_argument("--idle-seconds", type=float, required=True)
     parser.add_argument("--jobs-per-load", type=int, required=True)
+    parser.add_argument("--key", required=True, help="its server_key, as the starting job computed it")
+    parser.add_argument("--gpus", default="", help="the GPUs whose claims it holds, comma separated")
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s model_server %(levelname)s: %(message)s")
     serve(
@@ -412,6 +460,8 @@ def main() -> None:
         arguments.weights,
         arguments.idle_seconds,
         arguments.jobs_per_load,
+        arguments.key,
+        [device for device in arguments.gpus.split(",") if device],
     )
 
 

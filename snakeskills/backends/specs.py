@@ -161,3 +161,35 @@ BACKENDS = {
 def backend_spec(generation: dict) -> BackendSpec:
     """The spec of the backend a generation config section names."""
     return BACKENDS[generation["backend"]]
+
+
+def served_by_shared_server(generation: dict) -> bool:
+    """Whether a section's jobs use a shared model server (``share_model.enabled``, a backend that loads a local
+    model; snakeskills.backends.model_server) instead of loading the model themselves."""
+    return backend_spec(generation).needs_local_model and generation["share_model"]["enabled"]
+
+
+def declared_job_gpus(generation: dict, gpus_available: bool, *, local_run: bool) -> int:
+    """The ``gpu`` resource of one job of a generation section: the GPUs Snakemake counts for it.
+
+    | the section's jobs | run on this node (``local_run``) | each an allocation of its own (``--profile slurm``) |
+    | --- | --- | --- |
+    | use a shared model server | 0: the server claims its GPUs itself (``gpus``) | ``job_gpus``: they run its server |
+    | load the model themselves | ``job_gpus`` | ``job_gpus`` |
+
+    So on one node a model's jobs run side by side on its server (as many as there are cores), and CUDA starts
+    once per load, in the server. ``gpus_available``: whether the job's node has GPUs (hf device auto)."""
+    if local_run and served_by_shared_server(generation):
+        return 0
+    return backend_spec(generation).job_gpus(generation, gpus_available)
+
+
+def server_gpus(backend: str, options: dict, gpus_available: bool) -> int:
+    """GPUs a shared model server claims, from its backend options (``job_gpus`` of the section they come from:
+    hf's device, vllm's tensor_parallel_size; the options do not say vllm.python, so vLLM's CPU build is told by
+    the node having no GPU)."""
+    if backend == "hf":
+        return _hf_gpus(options, gpus_available)
+    if backend == "vllm":
+        return options["tensor_parallel_size"] if gpus_available else 0
+    return 0

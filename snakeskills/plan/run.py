@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from snakeskills.backends.specs import backend_spec
+from snakeskills.backends.specs import backend_spec, declared_job_gpus
 from snakeskills.plan.job_resources import UNKNOWN, sampling_job_resources, training_job_resources, with_overrides
 from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
@@ -257,10 +257,11 @@ class Plan:
 
     # ---- jobs: GPUs and envs
 
-    def generation_gpus(self, model: str, split: str, gpus_available: bool) -> int:
-        """GPUs of one of ``model``'s generate jobs (its backend's; none for a teacher behind an openai server)."""
-        generation = self.job_generation(model, split)
-        return backend_spec(generation).job_gpus(generation, gpus_available)
+    def generation_gpus(self, model: str, split: str, gpus_available: bool, *, local_run: bool = False) -> int:
+        """GPUs one of ``model``'s generate jobs declares (``specs.declared_job_gpus``): its backend's (none for a
+        teacher behind an openai server), or, in a ``local_run`` where its jobs share a model server, none (the
+        server claims them)."""
+        return declared_job_gpus(self.job_generation(model, split), gpus_available, local_run=local_run)
 
     def generation_env(self, model: str, split: str) -> str:
         """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
@@ -272,9 +273,9 @@ class Plan:
         llm = self.config["judge"]["llm"]
         return llm["generation"] if llm is not None else self.config["generation"]
 
-    def llm_judge_gpus(self, gpus_available: bool) -> int:
-        generation = self.llm_judge_generation()
-        return backend_spec(generation).job_gpus(generation, gpus_available)
+    def llm_judge_gpus(self, gpus_available: bool, *, local_run: bool = False) -> int:
+        """GPUs one LLM judge job declares (``specs.declared_job_gpus``, as ``generation_gpus``)."""
+        return declared_job_gpus(self.llm_judge_generation(), gpus_available, local_run=local_run)
 
     def generation_resources(self, model: str, split: str) -> dict:
         """``mem_mb`` and ``runtime`` of ``model``'s generate jobs (``job_resources``; resources.generate)."""

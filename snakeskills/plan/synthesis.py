@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from snakeskills.backends.specs import backend_spec
+from snakeskills.backends.specs import backend_spec, declared_job_gpus
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.job_resources import sampling_job_resources, with_overrides
 from snakeskills.plan.layout import Layout, synthesis_split, synthesis_split_part
@@ -236,9 +236,10 @@ class SynthesisPlan:
         prompt = self.section["decontamination"]["llm_prompt"]
         return {"llm": self.contamination_checker(), "prompt": resolve_prompt(prompt)}
 
-    def contamination_check_gpus(self, gpus_available: bool) -> int:
-        generation = self.contamination_checker()["generation"]
-        return backend_spec(generation).job_gpus(generation, gpus_available)
+    def contamination_check_gpus(self, gpus_available: bool, *, local_run: bool = False) -> int:
+        """GPUs of the contamination check's job (``specs.declared_job_gpus``: none in a local run whose jobs share
+        a model server)."""
+        return declared_job_gpus(self.contamination_checker()["generation"], gpus_available, local_run=local_run)
 
     def contamination_check_resources(self) -> dict:
         checker = self.contamination_checker()

@@ -17,6 +17,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import text_fields
 from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
+from snakeskills.training.rollouts import BackendRollouts
 from snakeskills.training.rounds import RoundRun, run_round
 from snakeskills.training.trainer import check_batch_divides, tokenized_trainer
 
@@ -177,11 +178,16 @@ def train(
     rewards: dict,
     judges: dict[str, dict],
     reasoning: dict,
-    vllm_mode: str | None,
+    rollouts: str = "hf",
+    steps_per_generation: int | None = None,
+    num_iterations: int = 1,
+    vllm_mode: str | None = None,
 ) -> dict:
     """Train with GRPO on the round's problems (``run.data_path``) and save the result (``rounds.run_round``), with
-    the logged reward, KL and completion length by step in its metrics' ``log_history``. Resumes from the newest
-    complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps)."""
+    the logged reward, KL and completion length by step in its metrics' ``log_history``. The completions are sampled
+    by vLLM inside the trainer (``vllm_mode``), else by ``rollouts``: ``hf`` the project's decoding loop
+    (``rollouts.BackendRollouts``), ``trl`` TRL's own generate. Resumes from the newest complete Trainer checkpoint of
+    the same run (training.checkpoint_minutes, checkpoint_steps)."""
     if not sampling["temperature"]:
         raise SnakeskillsError(
             "grpo.sampling.temperature is 0: a group of greedy completions has no spread to learn from"
@@ -210,10 +216,14 @@ def train(
             "beta": beta,
             "loss_type": loss,
             "reward_weights": [float(rewards[term]) for term in terms],
+            "steps_per_generation": steps_per_generation,
+            "num_iterations": num_iterations,
         }
         vllm = {"use_vllm": True, "vllm_mode": vllm_mode} if vllm_mode is not None else {}
         arguments = GRPOConfig(**settings, **vllm, **common)
-        hyperparameters = {**common, **settings, "vllm_mode": vllm_mode, "reasoning": reasoning, "judges": judges}
+        sampler = rollouts if vllm_mode is None else "vllm"
+        hyperparameters = {**common, **settings, "rollouts": sampler, "reasoning": reasoning, "judges": judges}
+        hyperparameters["vllm_mode"] = vllm_mode
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
         # the judge logs a line per batch it judges; here that is every step, which the step lines already summarize
         logging.getLogger("snakeskills.judging.judge").setLevel(logging.WARNING)
@@ -222,12 +232,38 @@ def train(
         trainer_class = grpo_trainer_class()
         trainer_class.prompt_token_ids = prompt_ids
         reward_funcs = [functions[term] for term in terms]
+        extra = {}
+        if sampler == "hf":
+            batch = arguments.per_device_train_batch_size * arguments.steps_per_generation
+            extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch)
         trainer = tokenized_trainer(
-            trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs
+            trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs, **extra
         )
+        trainer.add_callback(saving_at_samplings(sampling_cycle(arguments)))
         return trainer, resume_from, len(rows)
 
     return run_round(run, "grpo", build)
+
+
+def sampling_cycle(arguments) -> int:
+    """Optimizer steps that one sampling serves: TRL samples once every steps_per_generation x num_iterations
+    micro-steps (batches), and trains on what it sampled until then."""
+    micro_steps = arguments.steps_per_generation * arguments.num_iterations
+    return max(1, micro_steps // arguments.gradient_accumulation_steps)
+
+
+def saving_at_samplings(cycle: int):
+    """A callback (the trainer's last) that lets a checkpoint be saved only at a step where a new sampling starts:
+    the completions sampled for the steps after it are not in the checkpoint, so a run resumed between two samplings
+    would sample again from newer weights. A save due by steps or by time waits for the next such step."""
+    from transformers import TrainerCallback
+
+    class SaveAtSamplings(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if control.should_save and state.global_step % cycle and state.global_step < state.max_steps:
+                control.should_save = False
+
+    return SaveAtSamplings()
 
 
 def grpo_sampling(config: dict) -> dict:
@@ -248,6 +284,12 @@ def check_config(config: dict, processes: int) -> None:
             f"grpo.num_generations ({group}): a step scores whole groups of completions of one problem"
         )
     check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "grpo.training")
+    accumulation, steps_per_generation = training["gradient_accumulation_steps"], grpo["steps_per_generation"]
+    if steps_per_generation is not None and steps_per_generation % accumulation:
+        raise SnakeskillsError(
+            f"config key grpo.steps_per_generation ({steps_per_generation}) must be a multiple of "
+            f"grpo.training.gradient_accumulation_steps ({accumulation}): one sampling serves whole optimizer steps"
+        )
     if not grpo_sampling(config)["temperature"]:
         raise SnakeskillsError(
             "config key grpo.sampling.temperature is 0 (or null and generation.sampling.temperature is 0): a "
@@ -259,5 +301,5 @@ def check_config(config: dict, processes: int) -> None:
     if grpo["vllm_mode"] is not None and not student_runs_vllm and importlib.util.find_spec("vllm") is None:
         raise SnakeskillsError(
             f"config key grpo.vllm_mode is {grpo['vllm_mode']!r}, but vllm is not installed here; install it "
-            "on the GPU node that trains, or set grpo.vllm_mode: null (transformers samples)"
+            "on the GPU node that trains, or set grpo.vllm_mode: null (grpo.rollouts samples)"
         )

@@ -203,24 +203,25 @@ def test_the_server_key_holds_the_visible_gpus_and_the_slurm_job(monkeypatch, tm
 
 
 def test_an_idle_server_leaves_a_gpu_that_another_job_claims(tiny_checkpoint, directory, tmp_path, monkeypatch):
-    """A server keeps its GPU's memory after the job that started it has ended and released its claim. A job
-    that claims that GPU and will not use the server (an sft job, or a generate job of another model) asks it
+    """A server holds its GPU's claim (handed to it by the job that started it) and memory after that job has ended.
+    A job that claims that GPU and will not use the server (an sft job, or a generate job of another model) asks it
     to exit and starts only once it has; a job of the server's own model keeps it. The GPU is a stand-in
-    (CUDA_VISIBLE_DEVICES=7 names it; the tiny model runs on the CPU): the claim and release protocol is real."""
+    (CUDA_VISIBLE_DEVICES=7 names it, gpus=1 claims it; the tiny model runs on the CPU): the claim and release
+    protocol is real."""
     from snakeskills.backends import gpus
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     (tmp_path / "runtime").mkdir(mode=0o700)
-    first = shared(tiny_checkpoint, directory, idle_seconds=600)  # would stay for 10 minutes
+    first = shared(tiny_checkpoint, directory, idle_seconds=600, gpus=1)  # would stay for 10 minutes
     first.generate(requests()[:2], SAMPLING)
     first.close()
     socket_path, _, log_path = server_paths(directory, first.key)
     server_lock = gpus.claims_directory() / f"gpu-7.server-{first.key}.lock"
     assert server_lock.exists() and socket_path.exists()
     # a job of the same model keeps the server (it connects to it)
-    again = shared(tiny_checkpoint, directory, idle_seconds=600)
+    again = shared(tiny_checkpoint, directory, idle_seconds=600, gpus=1)
     assert again.server_pid == first.server_pid
     again.close()
     # an sft job claims GPU 7: the idle server exits before the claim returns

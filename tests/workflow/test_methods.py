@@ -160,7 +160,14 @@ def _drop(key):
         ),
         (
             lambda config: config["grpo"].update(vllm_mode="colocate"),
-            "config key grpo.vllm_mode is 'colocate', but vllm is not installed here",
+            "config key grpo.vllm_mode is 'colocate', but this plan's training jobs run without a GPU",
+        ),
+        (
+            lambda config: (
+                config["grpo"].update(steps_per_generation=3),
+                config["grpo"]["training"].update(gradient_accumulation_steps=2, batch_size=8),
+            ),
+            "config key grpo.steps_per_generation (3) must be a multiple of grpo.training.gradient_accumulation_steps",
         ),
         (
             lambda config: config.update(methods=["ppo"]),

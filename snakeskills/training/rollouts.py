@@ -1,0 +1,136 @@
+"""GRPO's rollouts through the project's own decoding loop: the completions GRPO learns from are sampled by the hf
+backend's loop (``HFBackend``: a seed per completion, finished rows leave the batch, a prompt opening shared by the
+batch computed once), as the generate stage samples, on the policy's weights at that step, and handed to TRL's
+``GRPOTrainer`` through its ``rollout_func`` hook with each token's log-probability.
+
+A LoRA policy is sampled from a folded copy (``FoldedPolicy``): one copy of the model whose adapted weights are
+W + the adapter's update, refreshed before each sampling from the adapter being trained, so decoding runs plain
+matrix products instead of the base layer plus two low-rank products per adapted layer. The trainer's own weights are
+never touched (merging the adapter in place and out again would drift the frozen weights by rounding every step).
+
+Completion ``index`` of the sampling at optimizer step ``step`` has the seed ``row_seed(seed, "grpo/<step>/<index>")``:
+a function of the run's seed, the step and the completion's place in the batch alone, so a run resumed from a
+checkpoint samples what the uninterrupted run sampled."""
+
+from __future__ import annotations
+
+import logging
+
+from snakeskills.backends.types import GenerationRequest, SamplingParams
+from snakeskills.errors import SnakeskillsError
+from snakeskills.generation.model_job import row_seed
+
+logger = logging.getLogger(__name__)
+
+
+def rollout_seed(seed: int, step: int, index: int) -> int:
+    """The seed of completion ``index`` (its place in the step's batch, across processes) of the sampling at
+    optimizer step ``step``."""
+    return row_seed(seed, f"grpo/{step}/{index}")
+
+
+def foldable(model) -> bool:
+    """Whether ``model`` is a peft model with plain LoRA adapters only (no DoRA, no modules saved whole), whose
+    weights a folded copy can carry."""
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None or getattr(config, "peft_type", None) is None or config.peft_type.value != "LORA":
+        return False
+    return not getattr(config, "use_dora", False) and not getattr(config, "modules_to_save", None)
+
+
+class FoldedPolicy:
+    """A copy of a LoRA policy with its adapter folded into the weights it adapts (``refresh`` before each use)."""
+
+    PREFIX = "base_model.model."
+
+    def __init__(self, model):
+        import copy
+
+        from peft.tuners.lora import LoraLayer
+
+        self.source = model
+        self.layers = {
+            name.removeprefix(self.PREFIX): module
+            for name, module in model.named_modules()
+            if isinstance(module, LoraLayer)
+        }
+        self.model = copy.deepcopy(model).merge_and_unload()
+        self.model.eval()
+        self.model.requires_grad_(False)
+        modules = dict(self.model.named_modules())
+        missing = sorted(set(self.layers) - set(modules))
+        if missing:
+            raise SnakeskillsError(f"GRPO rollouts: the folded copy has no module {missing[0]!r} of the adapter")
+        self.targets = {name: modules[name] for name in self.layers}
+
+    def refresh(self):
+        """The copy, its adapted weights set to the source's frozen weight + the adapter's update now."""
+        import torch
+
+        with torch.no_grad():
+            for name, layer in self.layers.items():
+                merged = layer.base_layer.weight + layer.get_delta_weight("default")
+                self.targets[name].weight.copy_(merged)
+        return self.model
+
+
+class BackendRollouts:
+    """TRL's ``rollout_func``: the completions of a batch of prompts (each prompt once per completion, as the trainer's
+    sampler repeats it), sampled by the hf backend's loop with a seed per completion."""
+
+    def __init__(self, prompt_token_ids: dict[str, list[int]], sampling: dict, *, seed: int, batch_size: int):
+        self.prompt_token_ids = prompt_token_ids
+        self.sampling = SamplingParams(
+            temperature=sampling["temperature"],
+            top_p=sampling["top_p"],
+            top_k=sampling["top_k"],
+            max_new_tokens=sampling["max_new_tokens"],
+        )
+        self.seed, self.batch_size = seed, batch_size
+        self.backend = self.folded = None
+        self.calls = 0  # samplings done (a test reads it)
+
+    def _backend(self, model, tokenizer):
+        """The hf backend over the policy's weights now: its folded copy (LoRA) or the policy itself."""
+        from snakeskills.backends.hf import HFBackend
+
+        if self.backend is None:
+            if foldable(model):
+                self.folded = FoldedPolicy(model)
+                generating = self.folded.model
+            else:
+                generating = model
+            self.backend = HFBackend.around(generating, tokenizer, batch_size=self.batch_size)
+            logger.info(
+                "GRPO rollouts: the hf backend's decoding loop on %s",
+                "a copy of the policy with its LoRA adapter folded in" if self.folded else "the policy",
+            )
+        if self.folded is not None:
+            self.folded.refresh()
+        return self.backend
+
+    def __call__(self, prompts: list[str], trainer) -> dict:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        backend = self._backend(model, trainer.processing_class)
+        step, first = trainer.state.global_step, trainer.accelerator.process_index * len(prompts)
+        requests = [
+            GenerationRequest(
+                seed=rollout_seed(self.seed, step, first + index), prompt_token_ids=tuple(self.prompt_token_ids[text])
+            )
+            for index, text in enumerate(prompts)
+        ]
+        training = backend.model.training
+        backend.model.eval()  # no dropout while sampling: the completions are the policy's
+        try:
+            results = backend.generate(requests, self.sampling)
+        finally:
+            backend.model.train(training)
+        failed = [result for result in results if result.token_ids is None]
+        if failed:
+            raise SnakeskillsError(f"GRPO rollout: {failed[0].error}")
+        self.calls += 1
+        return {
+            "prompt_ids": [list(request.prompt_token_ids) for request in requests],
+            "completion_ids": [list(result.token_ids) for result in results],
+            "logprobs": [list(result.logprobs) for result in results],
+        }
