@@ -10,6 +10,7 @@ here the trainer gets the token ids directly."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from snakeskills.errors import SnakeskillsError
@@ -34,9 +35,31 @@ def tokenize_pairs(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
     ]
 
 
+@contextlib.contextmanager
+def completion_positions_only():
+    """Inside: TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``) projects only the positions whose next
+    token is scored (the answers' tokens) onto the vocabulary on a CPU too. TRL does that on a GPU with Triton only
+    and elsewhere scores every position, prompt and padding included (its reason: a device that recompiles for
+    every shape), which on a CPU is about 3 times the vocabulary projection, its softmax statistics and their
+    backward. The log-probabilities of the answers' tokens are the same either way."""
+    from trl.trainer import utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:  # another TRL: leave its head as it is
+        yield
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
 def dpo_trainer_class():
     """``DPOTrainer`` taking an already tokenized dataset (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) as it
-    is: its own preparation would extract and re-tokenize text prompts."""
+    is: its own preparation would extract and re-tokenize text prompts. Its forwards (the policy's, the reference's
+    in each step or precomputed) project only the answers' positions onto the vocabulary
+    (``completion_positions_only``)."""
     from trl import DPOTrainer
 
     class TokenizedDPOTrainer(DPOTrainer):
@@ -47,13 +70,24 @@ def dpo_trainer_class():
                 return dataset
             return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
 
+        def _compute_loss(self, model, inputs, return_outputs):
+            with completion_positions_only():
+                return super()._compute_loss(model, inputs, return_outputs)
+
+        def compute_ref_log_probs(self, model, inputs):
+            with completion_positions_only():
+                return super().compute_ref_log_probs(model, inputs)
+
     return TokenizedDPOTrainer
 
 
-def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
+def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float, precompute_reference: bool = True) -> dict:
     """Train on the round's pairs (``run.data_path``) with DPO (``loss``: sigmoid, ipo, hinge, robust; ``nll_weight``
     > 0 adds the chosen answer's NLL, RPO) and save the result (``rounds.run_round``). Resumes from the newest
-    complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps)."""
+    complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps).
+
+    ``precompute_reference`` (dpo.precompute_reference): score every pair under the reference once, before the first
+    step (TRL's ``precompute_ref_log_probs``), instead of a reference forward in every step of every epoch."""
     if run.training.get("packing"):
         raise SnakeskillsError("dpo.training.packing: preference pairs are not packed")
     records = list(iter_jsonl(run.data_path))
@@ -73,10 +107,15 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float) -> dict:
             beta=beta,
             loss_type=losses,
             loss_weights=weights,
+            precompute_ref_log_probs=precompute_reference,
             **common,
         )
         hyperparameters = {**common, "max_length": run.training["max_length"], "beta": beta, "loss": losses}
         hyperparameters["w"] = weights
+        # the reference's log-probabilities of a pair, scored in a batch of their own (precomputed, in the pairs'
+        # order) or in the step's shuffled batch, are padded to other lengths: the same up to rounding, not bit for
+        # bit, so a run does not resume from the other's checkpoints
+        hyperparameters["precompute_reference"] = precompute_reference
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
         trainer = tokenized_trainer(dpo_trainer_class(), model, tokenizer, arguments, rows, training=run.training)
         return trainer, resume_from, len(rows)
