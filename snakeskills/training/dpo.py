@@ -10,13 +10,17 @@ here the trainer gets the token ids directly."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, tokenized_answers, tokenized_trainer
+from snakeskills.training.trainer import (
+    check_batch_divides,
+    completion_positions_only,
+    tokenized_answers,
+    tokenized_trainer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,26 +37,6 @@ def tokenize_pairs(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
         )
         for record in records
     ]
-
-
-@contextlib.contextmanager
-def completion_positions_only():
-    """Inside: TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``) projects only the positions whose next
-    token is scored (the answers' tokens) onto the vocabulary on a CPU too. TRL does that on a GPU with Triton only
-    and elsewhere scores every position, prompt and padding included (its reason: a device that recompiles for
-    every shape), which on a CPU is about 3 times the vocabulary projection, its softmax statistics and their
-    backward. The log-probabilities of the answers' tokens are the same either way."""
-    from trl.trainer import utils as trl_utils
-
-    original = getattr(trl_utils, "_use_triton", None)
-    if original is None:  # another TRL: leave its head as it is
-        yield
-        return
-    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
-    try:
-        yield
-    finally:
-        trl_utils._use_triton = original
 
 
 def dpo_trainer_class():

@@ -19,7 +19,7 @@ from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
 from snakeskills.training.rollouts import BackendRollouts
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, tokenized_trainer
+from snakeskills.training.trainer import check_batch_divides, completion_positions_only, tokenized_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +127,9 @@ def epoch_sampler_class():
 
 def grpo_trainer_class():
     """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
-    text for it to tokenize, and whose problems come in each epoch's order however the run was interrupted and
-    resumed (``epoch_sampler_class``)."""
+    text for it to tokenize, whose problems come in each epoch's order however the run was interrupted and
+    resumed (``epoch_sampler_class``), and whose forwards project only the completions' positions onto the vocabulary
+    (``trainer.completion_positions_only``)."""
     from trl import GRPOTrainer
 
     sampler_class = epoch_sampler_class()
@@ -138,6 +139,10 @@ def grpo_trainer_class():
 
         def _tokenize_prompts(self, prompts):
             return [list(self.prompt_token_ids[prompt]) for prompt in prompts], None, {}
+
+        def _get_per_token_logps_and_entropies(self, *arguments, **keywords):
+            with completion_positions_only():  # the policy's, the reference's and the old policy's forwards
+                return super()._get_per_token_logps_and_entropies(*arguments, **keywords)
 
         def _get_train_sampler(self, dataset=None):
             sampler = super()._get_train_sampler(dataset)

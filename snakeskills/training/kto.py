@@ -16,7 +16,12 @@ import random
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
 from snakeskills.training.rounds import RoundRun, run_round
-from snakeskills.training.trainer import check_batch_divides, tokenized_answers, tokenized_trainer
+from snakeskills.training.trainer import (
+    check_batch_divides,
+    completion_positions_only,
+    tokenized_answers,
+    tokenized_trainer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +58,8 @@ def kto_trainer_class():
     """``KTOTrainer`` taking an already tokenized dataset (``prompt_ids``, ``completion_ids``, ``label``) as it is:
     its own preparation would re-render and re-tokenize text. What it still does here: drop a sample whose prompt
     fills max_length, and add each sample's mismatched completion for the KL estimate (the previous one of its
-    batch, as TRL does)."""
+    batch, as TRL does). Its forwards project only the answers' positions onto the vocabulary
+    (``trainer.completion_positions_only``)."""
     from trl import KTOTrainer
 
     class TokenizedKTOTrainer(KTOTrainer):
@@ -70,6 +76,10 @@ def kto_trainer_class():
 
                 dataset = dataset.map(add_kl_completion_ids, batched=True, batch_size=args.per_device_train_batch_size)
             return dataset
+
+        def compute_loss(self, *arguments, **keywords):
+            with completion_positions_only():  # the policy's, the reference's and the KL estimate's forwards
+                return super().compute_loss(*arguments, **keywords)
 
     return TokenizedKTOTrainer
 

@@ -218,6 +218,27 @@ def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, ru
     return row
 
 
+@contextlib.contextmanager
+def completion_positions_only():
+    """Inside: TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``, every TRL trainer's forward here: DPO's,
+    KTO's, GRPO's) projects only the positions whose next token is scored (the answers' tokens) onto the vocabulary
+    on a CPU too. TRL does that on a GPU with Triton only
+    and elsewhere scores every position, prompt and padding included (its reason: a device that recompiles for
+    every shape), which on a CPU is about 3 times the vocabulary projection, its softmax statistics and their
+    backward. The log-probabilities of the answers' tokens are the same either way."""
+    from trl.trainer import utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:  # another TRL: leave its head as it is
+        yield
+        return
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
 def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dict], *, training: dict, **extra):
     """``trainer_class`` (a TRL trainer taking its dataset as token ids) on ``rows``, with the callbacks of its
     ``training`` section (``training_callbacks``); ``extra``: the trainer's own arguments (GRPO's reward functions)."""
