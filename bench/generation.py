@@ -1,6 +1,6 @@
 """HF backend against plain transformers sampling: tokens/s on the same model, prompts and settings.
 
-Usage: python bench/generation.py [--device auto] [--workload random|smollm2] [--shape auto|cpu|qwen0.5b]
+Usage: python bench/generation.py [--device auto] [--workload random|smollm2|short] [--shape auto|cpu|qwen0.5b]
        [--template generic-math|generic-math-fewshot] [--prompts N] [--prompt-tokens N] [--max-new-tokens N]
        [--batch-size N] [--dtype float32|bfloat16] [--output bench/results/generation[-smollm2[-fewshot]]-<device>.json]
 
@@ -25,6 +25,14 @@ the backend's batching longest prompt first and dropping finished rows count; pl
 batches in the prompts' order and keeps every row until the batch's last one ends. The prompts open with the
 same chat-template tokens (system prompt, instruction: 50 tokens), which the backend computes once per batch;
 ``--template generic-math-fewshot`` opens each with four worked examples (345 shared tokens of about 362).
+
+Workload ``short`` is GRPO's rollout shape (``python bench/generation.py --workload short``): SmolLM2-135M-Instruct,
+32 chat-template arithmetic prompts in one batch, 48 new tokens, temperature 1.0 (grpo's), the backend as GRPO's
+rollouts use it (``keep_tokens``: each result's token ids and log-probabilities). Against plain ``model.generate``
+with the same sampler as a logits processor (``PerRequestSampler``: every row draws the tokens the backend draws
+for it), alternating (backend, plain, backend, plain, ...; ``--repeats``, default 7) so that load on the machine
+hits both alike; the medians count. There short prompts and few new tokens make the prompts' pass and each
+step's fixed costs (sampling over the vocabulary, cache bookkeeping) weigh more than in the long workloads.
 
 ``--compile`` also times the backend with ``generation.compile`` (static KV cache, torch.compile'd step,
 CUDA graphs on a GPU) after one untimed run that compiles its shapes, and checks its samples against the
@@ -122,6 +130,40 @@ def run_plain(backend: HFBackend, requests, sampling) -> tuple[float, int, None]
     return seconds, tokens, None
 
 
+def run_plain_sampler(backend: HFBackend, requests, sampling) -> tuple[float, int, list[list[int]]]:
+    """Plain ``generate`` with the backend's sampler as a logits processor (``PerRequestSampler``), in the backend's
+    batches: the same draws as the backend's, each row from its own seed. Returns each row's tokens up to its EOS."""
+    import torch
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    from snakeskills.backends.hf import PerRequestSampler
+
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=sampling.max_new_tokens,
+        pad_token_id=backend.tokenizer.pad_token_id,
+        eos_token_id=backend.tokenizer.eos_token_id,
+    )
+    synchronize(backend.device)
+    start, rows = time.perf_counter(), []
+    for first in range(0, len(requests), backend.batch_size):
+        batch = requests[first : first + backend.batch_size]
+        encoded = backend.left_padded([request.prompt_token_ids for request in batch])
+        prompt_length = encoded["input_ids"].shape[1]
+        sampler = PerRequestSampler([request.seed for request in batch], sampling, prompt_length)
+        with torch.inference_mode():
+            output = backend.model.generate(
+                **encoded, generation_config=config, logits_processor=LogitsProcessorList([sampler])
+            )
+        for row in output[:, prompt_length:].tolist():
+            rows.append(row[: row.index(config.eos_token_id) + 1] if config.eos_token_id in row else row)
+    synchronize(backend.device)
+    seconds = time.perf_counter() - start
+    tokens = sum(map(len, rows))
+    progress("plain generate, same sampler", seconds, tokens)
+    return seconds, tokens, rows
+
+
 def run_unshared(backend: HFBackend, requests, sampling) -> tuple[float, int, list[str]]:
     """The backend with generation.share_prefix off: every row's whole prompt goes through the model."""
     share_prefix, backend.share_prefix = backend.share_prefix, False
@@ -210,12 +252,69 @@ def smollm2_workload(arguments, device: str, folder: Path):
     return backend, requests, arguments.max_new_tokens or 256, 1.0, details
 
 
+def short_main(arguments, device: str) -> None:
+    """``--workload short``: the backend as GRPO's rollouts use it against plain ``generate`` with the same sampler,
+    alternating, medians of ``--repeats`` runs each."""
+    import statistics
+
+    import torch
+
+    arguments.prompts = arguments.prompts or 32
+    arguments.batch_size = arguments.batch_size or arguments.prompts
+    with tempfile.TemporaryDirectory() as folder:
+        backend, requests, max_new_tokens, top_p, details = smollm2_workload(arguments, device, Path(folder))
+    backend.keep_tokens = True  # as HFBackend.around, GRPO's rollouts
+    max_new_tokens = arguments.max_new_tokens or 48
+    sampled = SamplingParams(temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens)
+    warm_up = SamplingParams(temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=4)
+    run_backend(backend, requests[: backend.batch_size], warm_up)
+    run_plain_sampler(backend, requests[: backend.batch_size], warm_up)
+    ours, plain = [], []
+    for _ in range(arguments.repeats or 7):  # alternating, so that drift in machine load touches both alike
+        synchronize(backend.device)
+        start = time.perf_counter()
+        results = backend.generate(requests, sampled)
+        synchronize(backend.device)
+        seconds = time.perf_counter() - start
+        tokens = sum(result.num_generated_tokens for result in results)
+        progress("backend (keep_tokens)", seconds, tokens)
+        ours.append(tokens / seconds)
+        plain_seconds, plain_tokens, plain_rows = run_plain_sampler(backend, requests, sampled)
+        plain.append(plain_tokens / plain_seconds)
+    same = sum(list(result.token_ids) == row for result, row in zip(results, plain_rows, strict=True))
+    figures = {
+        "machine": f"{platform.machine()}, torch {torch.__version__}, {arguments.threads} threads",
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
+        "workload": "short",
+        **details,
+        "prompts": len(requests),
+        "max_new_tokens": max_new_tokens,
+        "batch_size": backend.batch_size,
+        "sampling": f"temperature 1.0, top_p {top_p}",
+        "mean_tokens_per_row": round(tokens / len(requests), 1),
+        "repeats": len(ours),
+        "backend_tokens_per_second_runs": [round(rate, 1) for rate in ours],
+        "plain_tokens_per_second_runs": [round(rate, 1) for rate in plain],
+        "backend_tokens_per_second": round(statistics.median(ours), 1),
+        "plain_same_sampler_tokens_per_second": round(statistics.median(plain), 1),
+        "ratio_to_plain": round(statistics.median(ours) / statistics.median(plain), 3),
+        "identical_samples_backend_and_plain": f"{same}/{len(requests)}",
+    }
+    output = arguments.output or (
+        REPO / f"bench/results/generation-short-{'cuda' if device.startswith('cuda') else 'cpu'}.json"
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(figures, indent=2) + "\n")
+    for key, value in figures.items():
+        print(f"{key:40s} {value}")
+
+
 def main() -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--workload", default="random", choices=["random", "smollm2"])
+    parser.add_argument("--workload", default="random", choices=["random", "smollm2", "short"])
     parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES], help="random workload's model")
     parser.add_argument(
         "--template",
@@ -233,7 +332,9 @@ def main() -> None:
         help="the model's dtype (default: the shape's; smollm2: bf16 on CUDA)",
     )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs of each; the best counts")
+    parser.add_argument(
+        "--repeats", type=int, help="timed runs of each; the best counts (default 2; short: 7, the median counts)"
+    )
     parser.add_argument(
         "--one-by-one",
         type=int,
@@ -246,6 +347,10 @@ def main() -> None:
 
     device = "cuda" if arguments.device == "auto" and torch.cuda.is_available() else arguments.device
     device = "cpu" if device == "auto" else device
+    if arguments.workload == "short":
+        short_main(arguments, device)
+        return
+    arguments.repeats = arguments.repeats or 2
     workload = random_workload if arguments.workload == "random" else smollm2_workload
     with tempfile.TemporaryDirectory() as folder:
         backend, requests, max_new_tokens, top_p, details = workload(arguments, device, Path(folder))

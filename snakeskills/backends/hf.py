@@ -512,7 +512,9 @@ class HFBackend:
                     rows_tokens[running[batch_row]] = tokens
                     lengths[running[batch_row]] = ended_at[batch_row]
                 if token_logprobs is not None:
-                    for batch_row, logprobs in zip(batch_rows, token_logprobs[batch_rows, :generated].tolist()):
+                    for batch_row, logprobs in zip(
+                        batch_rows, token_logprobs[batch_rows, :generated].tolist(), strict=True
+                    ):
                         rows_logprobs[running[batch_row]] = logprobs
 
         generated = batch_tokens = 0
