@@ -273,6 +273,15 @@ def shared_prefix_length(prompts_token_ids) -> int:
     return min(length, min(map(len, prompts_token_ids)) - 1)
 
 
+def distinct_rows(input_ids) -> tuple[list[int], list[int]]:
+    """The first row of each distinct prompt of a batch, and for every row the place of its prompt among them: rows
+    with the same prompt (GRPO samples each problem several times) share one prompt pass, whose keys, values and
+    logits are copied to each of them (each row still draws with its own seed)."""
+    places: dict[tuple[int, ...], int] = {}
+    copies = [places.setdefault(tuple(row), len(places)) for row in input_ids.tolist()]
+    return [copies.index(place) for place in range(len(places))], copies
+
+
 def has_sliding_window_layers(config) -> bool:
     """Whether some attention layer of this model sees only a window of the last tokens. A window counts cache
     slots, and a shared prefix puts a row's padding after the prefix, inside the window: such a model keeps
@@ -525,9 +534,22 @@ class HFBackend:
             positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
             next_positions = positions[:, -1:] + 1
             static = self._compiled_step is not None
-            logits, cache = self._prefill(
-                input_ids, attention if static else attention_mask, positions, cache, prefix_length, cache_length
-            )
+            distinct, copies = distinct_rows(input_ids)
+            if len(distinct) < batch:  # a prompt several rows share (GRPO's group) goes through the model once
+                logits, cache = self._prefill(
+                    input_ids[distinct],
+                    (attention if static else attention_mask)[distinct],
+                    positions[distinct],
+                    cache,
+                    prefix_length if len(distinct) > 1 else 0,
+                    cache_length,
+                )
+                copies = torch.tensor(copies, device=self.device)
+                logits, cache = logits[copies], self._kept_rows(cache, copies, cache_length)
+            else:
+                logits, cache = self._prefill(
+                    input_ids, attention if static else attention_mask, positions, cache, prefix_length, cache_length
+                )
             for step in range(max_new_tokens):
                 tokens = draw_tokens(logits, seeds_tensor, step, sampling)
                 if token_logprobs is not None:

@@ -116,3 +116,33 @@ def test_a_static_cache_takes_the_shared_prefix_too(checkpoint, unshared):
     requests = requests_for(static)
     for sampling in (SAMPLED, GREEDY):
         assert static.generate(requests, sampling) == unshared.generate(requests, sampling)
+
+
+def test_rows_with_the_same_prompt_share_one_prompt_pass_and_draw_as_alone(monkeypatch):
+    """GRPO samples each prompt several times: the prompt goes through the model once per distinct prompt, and each
+    row's tokens are those it draws in a batch of its own (its seed alone decides)."""
+    from snakeskills.backends.hf import HFBackend, distinct_rows
+
+    assert distinct_rows(torch.tensor([[1, 2], [3, 4], [1, 2], [3, 4], [5, 6]])) == ([0, 1, 4], [0, 1, 0, 1, 2])
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=2, num_heads=2, seed=0, max_positions=64)
+    model.eval()
+    backend = HFBackend.around(model, tokenizer, batch_size=8)
+    prompts = [tokenizer.encode(text) for text in ("12+30=", "7+5=", "12+30=", "7+5=", "12+30=", "999+1=")]
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=10)
+    requests = [GenerationRequest(seed=seed, prompt_token_ids=tuple(ids)) for seed, ids in enumerate(prompts)]
+    rows_seen = []
+    forward = backend._forward
+
+    def counting_forward(input_ids, *arguments):
+        rows_seen.append(input_ids.shape)
+        return forward(input_ids, *arguments)
+
+    monkeypatch.setattr(backend, "_forward", counting_forward)
+    together = backend.generate(requests, sampling)
+    assert rows_seen[0][0] == 3, "the prompt pass runs each distinct prompt once"
+    alone = [backend.generate([request], sampling)[0] for request in requests]
+    assert [result.token_ids for result in together] == [result.token_ids for result in alone]
+    for joint, single in zip(together, alone, strict=True):
+        assert joint.logprobs == pytest.approx(single.logprobs, abs=1e-5)
+    assert len({together[index].token_ids for index in (0, 2, 4)}) > 1  # one prompt, three seeds
