@@ -31,8 +31,10 @@ Workload ``short`` is GRPO's rollout shape (``python bench/generation.py --workl
 rollouts use it (``keep_tokens``: each result's token ids and log-probabilities). Against plain ``model.generate``
 with the same sampler as a logits processor (``PerRequestSampler``: every row draws the tokens the backend draws
 for it), alternating (backend, plain, backend, plain, ...; ``--repeats``, default 7) so that load on the machine
-hits both alike; the medians count. There short prompts and few new tokens make the prompts' pass and each
-step's fixed costs (sampling over the vocabulary, cache bookkeeping) weigh more than in the long workloads.
+hits both alike; the medians count. ``--group 4`` samples each of 8 prompts 4 times, as GRPO's groups do (the
+backend's prompt pass runs each distinct prompt once). There short prompts and few new tokens make the prompts'
+pass and each step's fixed costs (sampling over the vocabulary, cache bookkeeping) weigh more than in the long
+workloads.
 
 ``--compile`` also times the backend with ``generation.compile`` (static KV cache, torch.compile'd step,
 CUDA graphs on a GPU) after one untimed run that compiles its shapes, and checks its samples against the
@@ -264,6 +266,13 @@ def short_main(arguments, device: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         backend, requests, max_new_tokens, top_p, details = smollm2_workload(arguments, device, Path(folder))
     backend.keep_tokens = True  # as HFBackend.around, GRPO's rollouts
+    if arguments.group > 1:  # GRPO's groups: each problem's prompt `group` times, a seed each
+        problems = requests[: len(requests) // arguments.group]
+        requests = [
+            GenerationRequest(seed=index, prompt_token_ids=problems[index // arguments.group].prompt_token_ids)
+            for index in range(len(problems) * arguments.group)
+        ]
+        details["group"] = arguments.group
     max_new_tokens = arguments.max_new_tokens or 48
     sampled = SamplingParams(temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens)
     warm_up = SamplingParams(temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=4)
@@ -315,6 +324,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--workload", default="random", choices=["random", "smollm2", "short"])
+    parser.add_argument(
+        "--group", type=int, default=1, help="short: each prompt this many times, a seed each (GRPO's num_generations)"
+    )
     parser.add_argument("--shape", default="auto", choices=["auto", *SHAPES], help="random workload's model")
     parser.add_argument(
         "--template",
