@@ -7,10 +7,11 @@ The same GRPO run both ways, through the product's own path (``snakeskills.train
 rule calls it): SmolLM2-135M-Instruct (the packaged real model, converted once per machine), a LoRA r 16 / alpha 32 on
 all linear layers, chat-template prompts of 2-digit additions (the generic-math prompt), 4 completions of up to
 ``--max-new-tokens`` tokens per problem, 16 completions a step, temperature 1, the arithmetic judge's reward; only
-grpo.rollouts differs. Each run is its own process and the variants alternate (hf, trl, hf, trl, ...), so load on the
-machine hits both alike. Reported per run: seconds per step and completions per second of the trainer (its
+grpo.rollouts differs between ``hf`` and ``trl``; ``trl-stock`` is ``trl`` with TRL's own forwards (GRPO as TRL runs
+it). Each run is its own process and the variants alternate (hf, trl, trl-stock, hf, ...), so load on the machine hits
+all alike. Reported per run: seconds per step and completions per second of the trainer (its
 train_runtime: sampling, reference and policy forwards, backward, judge; not the model load), and the mean reward of
-each step; per variant the median; the ratio hf over trl.
+each step; per variant the median; the ratios of hf over the others.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = ("hf", "trl")
+# grpo.rollouts, and trl-stock: TRL's generate and TRL's own forwards (each prompt of a group computed again, every
+# position projected onto the vocabulary on a CPU), GRPO as TRL runs it
+VARIANTS = ("hf", "trl", "trl-stock")
+# SmolLM2 seldom writes \boxed{}: its reward reads a number as the shipped SmolLM2 examples' judge.regex does
+EXAMPLES_REGEX = r"(-?\d+)"
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 GROUP, BATCH = 4, 16
 
@@ -55,6 +60,25 @@ def write_problems(path: Path, count: int) -> None:
     write_jsonl(path, records)
 
 
+def stock_trainer() -> None:
+    """GRPO's trainer with TRL's own forwards, in this process: what it ran before the project computed a group's
+    prompt once and projected only the completions' positions."""
+    from trl import GRPOTrainer
+
+    from snakeskills.training import grpo
+
+    project_class = grpo.grpo_trainer_class
+
+    def stock_class():
+        class StockForwards(project_class()):
+            def _get_per_token_logps_and_entropies(self, *arguments, **keywords):
+                return GRPOTrainer._get_per_token_logps_and_entropies(self, *arguments, **keywords)
+
+        return StockForwards
+
+    grpo.grpo_trainer_class = stock_class
+
+
 def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
     """One GRPO run in this process; returns its figures."""
     from snakeskills.models.pretrained import packaged_model_folder
@@ -73,13 +97,15 @@ def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
         "loss": "dapo",
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": max_new_tokens},
         "rewards": {"correct": 1.0, "answer_format": 0.0, "length": 0.0},
-        "judges": {"arithmetic": benchmark_judge(config, "arithmetic")},
+        "judges": {"arithmetic": {**benchmark_judge(config, "arithmetic"), "regex": EXAMPLES_REGEX}},
         "reasoning": {"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        "rollouts": variant,
+        "rollouts": variant.removesuffix("-stock"),
         "steps_per_generation": None,
         "num_iterations": 1,
         "vllm_mode": None,
     }
+    if variant == "trl-stock":
+        stock_trainer()
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-grpo-") as scratch:
         run = RoundRun(
             weights="lora",
@@ -160,15 +186,14 @@ def main() -> None:
         "lora": LORA,
         "runs": runs,
         "medians": medians,
-        "hf_over_trl": {
-            "completions_per_second": round(
-                medians["hf"]["completions_per_second"] / medians["trl"]["completions_per_second"], 2
-            ),
+        "completions_per_second_over": {
+            other: round(medians["hf"]["completions_per_second"] / medians[other]["completions_per_second"], 2)
+            for other in VARIANTS[1:]
         },
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"medians": medians, "hf_over_trl": result["hf_over_trl"]}))
+    print(json.dumps({"medians": medians, "hf_over": result["completions_per_second_over"]}))
 
 
 if __name__ == "__main__":

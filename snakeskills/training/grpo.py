@@ -17,6 +17,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import text_fields
 from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
+from snakeskills.training.group_forward import checkpointing, groups_share_prompts, shared_prompt_logps
 from snakeskills.training.rollouts import BackendRollouts
 from snakeskills.training.rounds import RoundRun, run_round
 from snakeskills.training.trainer import check_batch_divides, completion_positions_only, tokenized_trainer
@@ -128,7 +129,8 @@ def epoch_sampler_class():
 def grpo_trainer_class():
     """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
     text for it to tokenize, whose problems come in each epoch's order however the run was interrupted and
-    resumed (``epoch_sampler_class``), and whose forwards project only the completions' positions onto the vocabulary
+    resumed (``epoch_sampler_class``), and whose forwards compute each group's prompt once
+    (``group_forward.shared_prompt_logps``) and project only the completions' positions onto the vocabulary
     (``trainer.completion_positions_only``)."""
     from trl import GRPOTrainer
 
@@ -140,9 +142,51 @@ def grpo_trainer_class():
         def _tokenize_prompts(self, prompts):
             return [list(self.prompt_token_ids[prompt]) for prompt in prompts], None, {}
 
-        def _get_per_token_logps_and_entropies(self, *arguments, **keywords):
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            compute_aux_loss=False,
+            **inputs,
+        ):
+            import torch
+
             with completion_positions_only():  # the policy's, the reference's and the old policy's forwards
-                return super()._get_per_token_logps_and_entropies(*arguments, **keywords)
+                if (
+                    compute_aux_loss
+                    or any(value is not None for value in inputs.values())
+                    or checkpointing(model)
+                    or not groups_share_prompts(input_ids, attention_mask, logits_to_keep)
+                ):
+                    return super()._get_per_token_logps_and_entropies(
+                        model,
+                        input_ids,
+                        attention_mask,
+                        logits_to_keep,
+                        batch_size,
+                        compute_entropy,
+                        compute_aux_loss,
+                        **inputs,
+                    )
+                batch_size = batch_size or input_ids.size(0)
+                chunks = [
+                    shared_prompt_logps(
+                        model,
+                        input_ids[start : start + batch_size],
+                        attention_mask[start : start + batch_size],
+                        logits_to_keep,
+                        compute_entropy,
+                        self.accelerator.autocast,
+                    )
+                    for start in range(0, input_ids.size(0), batch_size)
+                ]
+            logps = torch.cat([chunk[0] for chunk in chunks])
+            entropies = torch.cat([chunk[1] for chunk in chunks]) if compute_entropy else None
+            return logps, entropies, None
 
         def _get_train_sampler(self, dataset=None):
             sampler = super()._get_train_sampler(dataset)

@@ -1,0 +1,71 @@
+"""GRPO's forwards with each group's prompt computed once. A GRPO batch holds ``num_generations`` completions of each
+problem, so TRL's forwards (the reference's, the old policy's, the policy's with its backward) run every prompt that
+many times. Here each distinct prompt goes through the model once, its keys and values (still in the autograd graph)
+are copied to every completion of the prompt, and only the completions go through the model after it: the log-
+probabilities of the completions' tokens are those of the whole sequences (the same positions and masks), up to
+rounding, and the gradient reaches the prompt's pass through the copies.
+
+The completions' pass takes the prompt's last token with it, so the first completion token's log-probability comes
+from TRL's own fused LM head like every other (its temperature, its float32 projection, only the scored positions).
+Anything this does not cover (images, a MoE's auxiliary loss, activation checkpointing, which would recompute the
+cache's updates) goes through TRL's own forward."""
+
+from __future__ import annotations
+
+
+def checkpointing(model) -> bool:
+    """Whether the model recomputes activations in its backward (a shared cache would be updated twice)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        value = getattr(model, name, None)
+        if value is not None:
+            return bool(value)
+    return False
+
+
+def groups_share_prompts(input_ids, attention_mask, logits_to_keep: int) -> bool:
+    """Whether some rows of the batch have the same prompt (ids and padding)."""
+    import torch
+
+    prompt_length = input_ids.shape[1] - logits_to_keep
+    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
+    return prompt_length > 1 and len(torch.unique(prompts, dim=0)) < len(prompts)
+
+
+def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool, autocast):
+    """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of each row, as TRL's
+    ``_get_per_token_logps_and_entropies`` computes them for one chunk, with each distinct prompt computed once."""
+    import torch
+    from transformers import DynamicCache
+
+    from snakeskills.backends.hf import cache_keyword, distinct_rows
+
+    prompt_length = input_ids.shape[1] - logits_to_keep
+    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
+    distinct, copies = distinct_rows(prompts)
+    keyword = cache_keyword(model)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    opening = prompt_length - 1  # the prompt's last token goes with the completion
+    cache = DynamicCache(config=model.config)
+    with autocast():
+        model(
+            input_ids=input_ids[distinct, :opening],
+            attention_mask=attention_mask[distinct, :opening],
+            position_ids=positions[distinct, :opening],
+            use_cache=True,
+            logits_to_keep=1,
+            **{keyword: cache},
+        )
+        cache.batch_select_indices(torch.tensor(copies, device=input_ids.device))
+        # the label of position p is the token at p + 1; padding after a completion's end, and the last position, none
+        labels = input_ids[:, prompt_length:].masked_fill(attention_mask[:, prompt_length:] == 0, -100)
+        labels = torch.cat([labels, labels.new_full((labels.shape[0], 1), -100)], 1)
+        outputs = model(
+            input_ids=input_ids[:, opening:],
+            attention_mask=attention_mask,
+            position_ids=positions[:, opening:],
+            shift_labels=labels,
+            fused_lm_head=True,
+            **{keyword: cache},
+        )
+    entropy = outputs.entropy[:, :logits_to_keep] if compute_entropy else None
+    return outputs.log_probs[:, :logits_to_keep], entropy
