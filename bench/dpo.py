@@ -12,7 +12,7 @@ linear layers, ``nll_weight`` 1, max_length 256, on the same pairs:
   in every step of every epoch;
 - ``per-step-all-positions``: ``per-step`` with TRL's own fused LM head, which on a CPU projects every position
   (prompt and padding too) onto the 49,152-token vocabulary, not only the answers' tokens
-  (``dpo.completion_positions_only`` switched off): what a DPO step cost before.
+  (``trainer.completion_positions_only`` switched off in dpo): what a DPO step cost before.
 
 The pairs: chat-template prompts (generic-math) of 2-digit products, the chosen answer a one-line worked answer,
 the rejected one a wrong repeated-addition answer of 1 to 8 terms (answers of 20 to 80 tokens, as a real round's
