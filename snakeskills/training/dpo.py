@@ -71,9 +71,18 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float, precomput
     complete Trainer checkpoint of the same run (training.checkpoint_minutes, checkpoint_steps).
 
     ``precompute_reference`` (dpo.precompute_reference): score every pair under the reference once, before the first
-    step (TRL's ``precompute_ref_log_probs``), instead of a reference forward in every step of every epoch."""
+    step (TRL's ``precompute_ref_log_probs``), instead of a reference forward in every step of every epoch. In
+    several training processes the reference is scored in each step: TRL writes the precomputed scores of an
+    in-memory dataset to the main process's own temporary folder, where the other processes cannot read them."""
     if run.training.get("packing"):
         raise SnakeskillsError("dpo.training.packing: preference pairs are not packed")
+    if precompute_reference and run.processes > 1:
+        logger.info(
+            "dpo.precompute_reference: the reference is scored in each step in %d training processes (TRL keeps "
+            "precomputed scores in a per-process temporary file)",
+            run.processes,
+        )
+        precompute_reference = False
     records = list(iter_jsonl(run.data_path))
     if not records:
         raise SnakeskillsError(f"{run.data_path}: no preference pairs to train on")
