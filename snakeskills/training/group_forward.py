@@ -8,7 +8,8 @@ rounding, and the gradient reaches the prompt's pass through the copies.
 The completions' pass takes the prompt's last token with it, so the first completion token's log-probability comes
 from TRL's own fused LM head like every other (its temperature, its float32 projection, only the scored positions).
 Anything this does not cover (images, a MoE's auxiliary loss, activation checkpointing, which would recompute the
-cache's updates) goes through TRL's own forward."""
+cache's updates, and several processes, whose DDP wrapper has not been checked with two forwards before a backward)
+goes through TRL's own forward."""
 
 from __future__ import annotations
 

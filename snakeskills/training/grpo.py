@@ -160,6 +160,7 @@ def grpo_trainer_class():
                     compute_aux_loss
                     or any(value is not None for value in inputs.values())
                     or checkpointing(model)
+                    or self.accelerator.num_processes > 1  # DDP: one forward per backward, not checked with two
                     or not groups_share_prompts(input_ids, attention_mask, logits_to_keep)
                 ):
                     return super()._get_per_token_logps_and_entropies(
