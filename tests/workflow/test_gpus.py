@@ -7,9 +7,7 @@ real ones."""
 
 from __future__ import annotations
 
-import datetime
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -178,13 +176,6 @@ def small_config(workdir: Path) -> Path:
     config["experiment"] = "gpus"
     config["generation"]["device"] = "auto"
     return write_config(workdir / "config.yaml", config)
-
-
-def job_interval(log: Path) -> tuple[datetime.datetime, datetime.datetime]:
-    """When a job started and finished, from its log's first and last lines (script_logging writes both)."""
-    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", log.read_text(), flags=re.MULTILINE)
-    assert "job finished" in log.read_text(), log
-    return tuple(datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (stamps[0], stamps[-1]))
 
 
 @pytest.mark.slow
