@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from chat_prompt import generic_math_chat_prompt
+
 REPO = Path(__file__).resolve().parent.parent
 # grpo.rollouts, and trl-stock: TRL's generate and TRL's own forwards (each prompt of a group computed again, every
 # position projected onto the vocabulary on a CPU), GRPO as TRL runs it
@@ -39,18 +41,9 @@ GROUP, BATCH = 4, 16
 
 def write_problems(path: Path, count: int) -> None:
     from snakeskills.io import write_jsonl
-    from snakeskills.prompts import build_messages, resolve_prompt
+    from snakeskills.prompts import build_messages
 
-    prompt = resolve_prompt(
-        {
-            "template": "generic-math",
-            "system": None,
-            "user": None,
-            "num_few_shot": None,
-            "chat_template": True,
-            "chat_template_kwargs": {},
-        }
-    )
+    prompt = generic_math_chat_prompt()
     rng = random.Random(0)
     records = []
     for index in range(count):

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from chat_prompt import generic_math_chat_prompt
+
 REPO = Path(__file__).resolve().parent.parent
 # variant: (sft.method, model.dtype)
 VARIANTS = {"lora": ("lora", "auto"), "lora-bf16": ("lora", "bfloat16"), "full": ("full", "auto")}
@@ -37,18 +39,9 @@ LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 
 def write_examples(path: Path, count: int) -> None:
     from snakeskills.io import write_jsonl
-    from snakeskills.prompts import build_messages, resolve_prompt
+    from snakeskills.prompts import build_messages
 
-    prompt = resolve_prompt(
-        {
-            "template": "generic-math",
-            "system": None,
-            "user": None,
-            "num_few_shot": None,
-            "chat_template": True,
-            "chat_template_kwargs": {},
-        }
-    )
+    prompt = generic_math_chat_prompt()
     rng = random.Random(0)
     records = []
     for index in range(count):
