@@ -23,13 +23,23 @@ def checkpointing(model) -> bool:
     return False
 
 
-def groups_share_prompts(input_ids, attention_mask, logits_to_keep: int) -> bool:
-    """Whether some rows of the batch have the same prompt (ids and padding)."""
+def prompt_copies(input_ids, attention_mask, logits_to_keep: int) -> tuple[list[int], list[int]]:
+    """``hf.distinct_rows`` of the batch's prompts (their ids and padding): the first row of each distinct prompt,
+    and each row's place among them."""
     import torch
 
+    from snakeskills.backends.hf import distinct_rows
+
     prompt_length = input_ids.shape[1] - logits_to_keep
-    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
-    return prompt_length > 1 and len(torch.unique(prompts, dim=0)) < len(prompts)
+    return distinct_rows(torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1))
+
+
+def groups_share_prompts(input_ids, attention_mask, logits_to_keep: int) -> bool:
+    """Whether some rows of the batch have the same prompt (ids and padding)."""
+    if input_ids.shape[1] - logits_to_keep < 2:
+        return False
+    distinct, copies = prompt_copies(input_ids, attention_mask, logits_to_keep)
+    return len(distinct) < len(copies)
 
 
 def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool, autocast):
@@ -38,11 +48,10 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
     import torch
     from transformers import DynamicCache
 
-    from snakeskills.backends.hf import cache_keyword, distinct_rows
+    from snakeskills.backends.hf import cache_keyword
 
     prompt_length = input_ids.shape[1] - logits_to_keep
-    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
-    distinct, copies = distinct_rows(prompts)
+    distinct, copies = prompt_copies(input_ids, attention_mask, logits_to_keep)
     keyword = cache_keyword(model)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     opening = prompt_length - 1  # the prompt's last token goes with the completion
