@@ -136,3 +136,27 @@ rule report_samples:
         "../envs/report.yaml"
     script:
         "../scripts/report_samples.py"
+
+
+# with tools only (the plan's report_plots then lists tool_use)
+if config["tools"] is not None:
+
+    localrules:
+        plot_tool_use,
+
+    rule plot_tool_use:
+        input:
+            summary=LAYOUT.summary,
+        output:
+            plot=report(
+                LAYOUT.plot.format(plot="tool_use"),
+                caption="../report/tool_use.rst",
+                category="Evaluation",
+                labels={"plot": "tool use"},
+            ),
+        log:
+            LOGS / "report/tool_use.log",
+        conda:
+            "../envs/report.yaml"
+        script:
+            "../scripts/plot_tool_use.py"

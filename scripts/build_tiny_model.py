@@ -17,5 +17,8 @@ with script_logging(snakemake.log[0]) as logger:
         check_every_steps=tiny["check_every_steps"],
         seed=tiny["seed"],
         threads=snakemake.threads,
+        tool_completion=tiny.get("tool_completion"),
+        tool_share=tiny.get("tool_share", 0.0),
+        tools=tiny.get("tools"),
     )
     logger.info("bootstrap done: %s", metrics)

@@ -25,6 +25,7 @@ JSON argument.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,9 @@ from snakeskills.job import read_job_settings, script_logging
 if TYPE_CHECKING:
     from snakeskills.generation.model_job import AskedModel
 
-GENERATION_SETTINGS_KEYS = ("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk")
+GENERATION_SETTINGS_KEYS = (
+    *("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk", "tools"),
+)
 LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
 
 
@@ -118,6 +121,11 @@ def run_generate(arguments: argparse.Namespace) -> None:
             model_path=settings["model_path"],
             adapter_path=settings["adapter_path"],
         )
+        if settings["tools"] is not None:
+            from snakeskills.tools.loop import ToolLoop, tool_use
+
+            model = dataclasses.replace(model, backend=ToolLoop(model.backend, tool_use(settings["tools"])))
+            logger.info("tools: %s", json.dumps(settings["tools"]))
         counts = generate_chunk(
             model,
             prepared_path=settings["split"],

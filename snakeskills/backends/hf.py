@@ -388,7 +388,7 @@ class HFBackend:
         its prompts to similar lengths (and a batch too large for memory fails at the start). ``on_results``
         (``snakeskills.progress``) is called with each batch's results as it finishes."""
         results: list[GenerationResult | None] = [
-            context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
+            context_overflow(len(request.prompt_token_ids), request.budget(sampling), self.context_length)
             for request in requests
         ]
         fitting = sorted(
@@ -453,17 +453,19 @@ class HFBackend:
     def _generate_batch(
         self, requests: list[GenerationRequest], sampling: SamplingParams, cache_length: int = 0, on_step=None
     ) -> list[GenerationResult]:
-        rows_tokens, lengths, rows_logprobs = self._decode(
+        budgets = [request.budget(sampling) for request in requests]
+        rows_tokens, lengths, rows_logprobs, at_budget = self._decode(
             self.batch_layout([request.prompt_token_ids for request in requests]),
             [request.seed for request in requests],
             sampling,
             cache_length,
             on_step,
+            budgets=None if len(set(budgets)) == 1 and budgets[0] == sampling.max_new_tokens else budgets,
         )
         results = []
-        for tokens, length, logprobs in zip(rows_tokens, lengths, rows_logprobs, strict=True):
-            ended = length is not None
-            tokens = tokens[:length] if ended else tokens
+        for row, (tokens, length, logprobs) in enumerate(zip(rows_tokens, lengths, rows_logprobs, strict=True)):
+            tokens = tokens[:length] if length is not None else tokens
+            ended = length is not None and row not in at_budget
             # the text ends with the stop string that ended it (if any): cut there
             text, _ = truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop)
             details = {}
@@ -479,10 +481,20 @@ class HFBackend:
             )
         return results
 
-    def _decode(self, layout, seeds: list[int], sampling: SamplingParams, cache_length: int = 0, on_step=None):
+    def _decode(
+        self,
+        layout,
+        seeds: list[int],
+        sampling: SamplingParams,
+        cache_length: int = 0,
+        on_step=None,
+        budgets: list[int] | None = None,
+    ):
         """Decode one batch (``batch_layout``) with a KV cache: (generated token ids per row, per row the number
-        of tokens up to and including its EOS or the token that completed a stop string, or None if it ran
-        to ``max_new_tokens``, and per row its tokens' log-probabilities when ``keep_tokens``, else empty lists).
+        of tokens up to and including its EOS or the token that completed a stop string or its budget, or None
+        if it ran to ``max_new_tokens``, per row its tokens' log-probabilities when ``keep_tokens``, else empty
+        lists, and the rows that ended at their own budget).
+        ``budgets``: each row's own ``max_new_tokens`` (a tool loop's turns), else the sampling's for all.
 
         Unlike ``model.generate``, finished rows leave the batch: they are dropped from the KV cache and every
         per-row tensor (``_time_to_compact`` says when), so later steps compute only the rows still running.
@@ -495,7 +507,7 @@ class HFBackend:
 
         input_ids, attention_mask, prefix_length = layout
         batch, prompt_length = input_ids.shape
-        max_new_tokens = sampling.max_new_tokens
+        max_new_tokens = sampling.max_new_tokens if budgets is None else max(budgets)
         stop_criteria = self._stop_strings(sampling.stop)
         eos_token_ids = torch.tensor(sorted(self.eos_token_ids), device=self.device)
         seeds_tensor = torch.tensor(seeds, dtype=torch.int64, device=self.device)
@@ -506,6 +518,7 @@ class HFBackend:
         cache_length = max(cache_length, prompt_length + max_new_tokens)
         attention = torch.cat([attention_mask, attention_mask.new_ones((batch, cache_length - prompt_length))], 1)
         running = list(range(batch))  # the original row of each row in the batch
+        at_budget: set[int] = set()  # original rows that reached their own budget (ended, but not stopped)
         ended_at: list[int | None] = [None] * batch  # per row in the batch: tokens up to its end
         lengths: list[int | None] = [None] * batch  # per original row
         rows_tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -563,6 +576,11 @@ class HFBackend:
                 for batch_row in ended.nonzero().flatten().tolist():
                     if ended_at[batch_row] is None:
                         ended_at[batch_row] = generated
+                if budgets is not None:
+                    for batch_row, row in enumerate(running):
+                        if ended_at[batch_row] is None and budgets[row] == generated:
+                            ended_at[batch_row] = generated
+                            at_budget.add(row)
                 finished = [batch_row for batch_row, end in enumerate(ended_at) if end is not None]
                 if on_step is not None:
                     batch_tokens += sum(end is None or end == generated for end in ended_at)  # rows that drew one
@@ -587,7 +605,7 @@ class HFBackend:
                     logits = self._forward(tokens.unsqueeze(1), attention[:, : column + 1], next_positions, cache)
                 next_positions = next_positions + 1
         collect(list(range(len(running))), generated)
-        return rows_tokens, lengths, rows_logprobs
+        return rows_tokens, lengths, rows_logprobs, at_budget
 
     def _new_cache(self, length: int):
         """The KV cache of one batch: grown step by step, or allocated once at its final length (compile)."""

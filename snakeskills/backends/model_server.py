@@ -286,7 +286,15 @@ class SharedModelBackend:
         reply = self._call(
             {
                 "op": "generate",
-                "requests": [{"seed": r.seed, "messages": list(r.messages)} for r in requests],
+                "requests": [
+                    {
+                        "seed": r.seed,
+                        "messages": list(r.messages),
+                        "assistant_prefix": r.assistant_prefix,
+                        "max_new_tokens": r.max_new_tokens,
+                    }
+                    for r in requests
+                ],
                 "sampling": asdict(sampling),
                 **self.chat_format,
             }
@@ -377,6 +385,7 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
         if message["op"] == "generate":
             from snakeskills.prompts import encode_messages
 
+            tokenizer = self.backend.tokenizer
             requests = [
                 GenerationRequest(
                     seed=r["seed"],
@@ -385,9 +394,12 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                             r["messages"],
                             chat_template=message["chat_template"],
                             chat_template_kwargs=message["chat_template_kwargs"],
-                            tokenizer=self.backend.tokenizer,
+                            tokenizer=tokenizer,
                         )
-                    ),
+                    )
+                    # a tool loop's later turn continues the assistant's text so far
+                    + tuple(tokenizer.encode(r.get("assistant_prefix") or "", add_special_tokens=False)),
+                    max_new_tokens=r.get("max_new_tokens"),
                 )
                 for r in message["requests"]
             ]

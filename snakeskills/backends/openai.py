@@ -161,7 +161,7 @@ class OpenAIBackend:
     async def _call(self, client, request: GenerationRequest, sampling: SamplingParams) -> GenerationResult:
         options = {
             "model": self.model,
-            "max_tokens": sampling.max_new_tokens,
+            "max_tokens": request.budget(sampling),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "seed": request.seed,
@@ -173,11 +173,17 @@ class OpenAIBackend:
             extra_body["top_k"] = sampling.top_k
         if self.api == "chat" and self.chat_template_kwargs:
             extra_body["chat_template_kwargs"] = self.chat_template_kwargs
+        messages = list(request.messages or ())
+        if request.assistant_prefix is not None:
+            # a tool loop's later turn: the server continues the assistant's unfinished reply (vLLM's and
+            # transformers serve's continue_final_message; a server without it answers a new turn instead)
+            messages.append({"role": "assistant", "content": request.assistant_prefix})
+            extra_body.update(continue_final_message=True, add_generation_prompt=False)
         if extra_body:
             options["extra_body"] = extra_body
         reasoning = None
         if self.api == "chat":
-            response = await client.chat.completions.create(messages=list(request.messages), **options)
+            response = await client.chat.completions.create(messages=messages, **options)
             choice = response.choices[0]
             text = choice.message.content or ""
             reasoning = split_off_reasoning(choice.message)

@@ -24,6 +24,15 @@ class GenerationRequest:
     prompt_token_ids: tuple[int, ...] | None = None  # what the model continues (prompts.model_input_ids)
     messages: tuple[dict, ...] | None = None  # the conversation, for chat APIs that apply their own template
     prompt: str | None = None  # the rendered text, for completions APIs that tokenize it themselves
+    # a turn after a tool call (snakeskills.tools.loop): the model's own text so far, which a messages backend
+    # continues as the assistant's unfinished reply (token-id and text requests hold it in their prompt), and the
+    # tokens this row may still generate (None: the sampling's max_new_tokens)
+    assistant_prefix: str | None = None
+    max_new_tokens: int | None = None
+
+    def budget(self, sampling: SamplingParams) -> int:
+        """The tokens this request may generate."""
+        return sampling.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,11 @@ class GenerationResult:
     # log-probability under the sampling temperature: only from a backend asked for them (hf's ``keep_tokens``)
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
+    # what the tool loop adds (snakeskills.tools.loop.ToolStats as a dict: calls, timeouts, tool time, the spans
+    # of the tool outputs in the text): None where no tool was on
+    tools: dict | None = None
+    # per token of ``token_ids``: 1 where the model drew it, 0 where a tool's output was appended (tool loop)
+    model_token_mask: tuple[int, ...] | None = None
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:

@@ -117,7 +117,7 @@ class VLLMBackend:
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None
     ) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [
-            context_overflow(len(request.prompt_token_ids), sampling.max_new_tokens, self.context_length)
+            context_overflow(len(request.prompt_token_ids), request.budget(sampling), self.context_length)
             for request in requests
         ]
         fitting = [index for index, result in enumerate(results) if result is None]
@@ -138,7 +138,7 @@ class VLLMBackend:
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                max_tokens=sampling.max_new_tokens,
+                max_tokens=request.budget(sampling),
                 stop=list(sampling.stop),
                 seed=request.seed,
             )

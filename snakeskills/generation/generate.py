@@ -42,6 +42,8 @@ def generated_record(record: dict, fields: dict, result, random_seed: int) -> di
         "finish_reason": result.finish_reason,
         "random_seed": random_seed,
     }
+    if result.tools is not None:  # tool-integrated generation: calls, timeouts, tool time, the outputs' spans
+        generated.update(result.tools)
     if result.reasoning_content is not None:
         generated["reasoning_content"] = result.reasoning_content
     if result.error is not None:

@@ -470,6 +470,22 @@ def judge_verdicts(
     )
 
 
+def judged_text(record: dict) -> str:
+    """The part of a generation the judge reads: all of it, or with tools, what the model wrote after its last tool
+    output (``tool_output_spans``: the spans the tool loop appended), so an answer a tool printed is never credited
+    as the model's."""
+    spans = record.get("tool_output_spans") or []
+    if not spans:
+        return record["generation"]
+    full = record.get("_full_generation")
+    if full is None:
+        return record["generation"][spans[-1][1] :]
+    # parse_reasoning: the spans are the whole text's, ``generation`` the answer after the thinking; a tool output
+    # inside the thinking leaves the answer as it is, one inside the answer cuts it
+    after = full[spans[-1][1] :]
+    return record["generation"] if record["generation"] and record["generation"] in after else after
+
+
 def judge_records(records: list[dict], judge_config: dict, *, num_workers: int, source=None) -> list[dict]:
     """The records with ``predicted_answer`` and ``symbolic_correct`` added (and, for code, how the tests ran).
     ``source``: the file the records were read from, named with the row in an error of a user's function."""
@@ -477,7 +493,7 @@ def judge_records(records: list[dict], judge_config: dict, *, num_workers: int, 
         return judge_programs(records, judge_config, num_workers=num_workers)
     method, regex, rows = judge_config["extraction"], judge_config["regex"], RowsOf(records, source)
     read = answer_reader(method)
-    found = [read(rows.at(index), record["generation"], regex) for index, record in enumerate(records)]
+    found = [read(rows.at(index), judged_text(record), regex) for index, record in enumerate(records)]
     if method == "multichoice":  # an answer given as an option's text names that option
         found = [
             _named_option(record, regex, answer, route) for record, (answer, route) in zip(records, found, strict=True)
@@ -496,7 +512,7 @@ def _named_option(record: dict, regex: str | None, answer: str | None, route: st
     """A multichoice answer, or where it has none, the option its final value names (route option value)."""
     if answer is not None:
         return answer, route
-    named = option_named_by_value(record, record["generation"], regex)
+    named = option_named_by_value(record, judged_text(record), regex)
     return (named, "option value") if named is not None else (None, NO_ANSWER)
 
 
@@ -517,7 +533,7 @@ def judge_programs(records: list[dict], judge_config: dict, *, num_workers: int)
                 "(prepared with benchmarks.<name>.code), whose 'tests', 'test_cases' or 'call_cases' field its "
                 "programs run against"
             )
-    found = [program_and_route(record["generation"]) for record in records]
+    found = [program_and_route(judged_text(record)) for record in records]
     answers = [answer for answer, _ in found]
     checks = {
         index: row_check(answer, record)

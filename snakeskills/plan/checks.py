@@ -70,6 +70,56 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
         resolve_prompt(prompt, key)  # a template file that exists, format strings that parse: now, not in its job
         _check_chat_template_kwargs(config, key, prompt, reader)
     _check_metrics(config)
+    _check_tools(config)
+
+
+def _check_tools(config: dict) -> None:
+    """The tools section: a tool that exists (a user's imports), tags that no stop string cuts, a sampler that can
+    run the tool in GRPO, and the keys that need tools set only with them."""
+    tools, grpo, tiny = config["tools"], config.get("grpo") or {}, config.get("tiny_model") or {}
+    priced = [term for term in ("tool_calls", "tool_seconds") if (grpo.get("rewards") or {}).get(term)]
+    if tools is None:
+        if priced and "grpo" in config["methods"]:
+            raise SnakeskillsError(f"config key grpo.rewards.{priced[0]} prices tool use, but tools is null")
+        if config["model"]["build_tiny"] and tiny.get("tool_share"):
+            raise SnakeskillsError("config key tiny_model.tool_share: the bootstrap's tool calls need a tools section")
+        return
+    from snakeskills.tools.protocol import tags_from_config
+    from snakeskills.tools.registry import check_tool, tools_settings
+
+    tags = tags_from_config(tools["tags"], "tools.tags")
+    check_tool(tools_settings(tools), "tools.tool")
+    stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
+    stops.update({f"the prompt's stop {stop!r}": stop for stop in resolve_prompt(config["prompt"], "prompt")["stop"]})
+    for where, stop in stops.items():
+        for name in ("code_begin", "code_end"):
+            tag = getattr(tags, name)
+            if stop and stop in tag and stop != tag:
+                raise SnakeskillsError(
+                    f"config key tools.tags: {name} {tag!r} holds the stop string of {where}: a turn would stop "
+                    "before its call is closed; change the tag or the stop string"
+                )
+    if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
+        key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
+        raise SnakeskillsError(
+            f"config key {key}: with tools, GRPO's completions call the tool between turns, which only the project's "
+            "own rollouts do: set grpo.rollouts: hf and grpo.vllm_mode: null"
+        )
+    if config["model"]["build_tiny"] and tiny.get("tool_share") and not tiny.get("tool_completion"):
+        raise SnakeskillsError(
+            "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
+            "the tool; give their template"
+        )
+
+
+def check_tools_sandbox(config: dict) -> None:
+    """With a tool that runs code (Python, a user's function) in bubblewrap, the sandbox must start on the planning
+    node: stop before any generation runs."""
+    from snakeskills.judging.sandbox import check_sandbox
+
+    tools = config["tools"]
+    if tools is not None and tools["tool"] != "calculator" and tools["sandbox"] == "bwrap":
+        check_sandbox("bwrap", "tools.sandbox")
 
 
 def check_code_sandbox(config: dict) -> None:

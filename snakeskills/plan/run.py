@@ -53,6 +53,7 @@ class Plan:
             "sft_examples",
             "training_curves",
         ] + (["synthesis_funnel"] if self.synthesis is not None else [])
+        self.report_plots += ["tool_use"] if config["tools"] is not None else []
 
     # ---- models and rounds
 
@@ -158,7 +159,11 @@ class Plan:
         """The tiny_model section as build_tiny_model's params hold it: its training without the save timer
         (``training.without_save_timer``)."""
         tiny = self.config["tiny_model"]
-        return {**tiny, "training": without_save_timer(tiny["training"])}
+        settings = {**tiny, "training": without_save_timer(tiny["training"])}
+        if tiny["tool_share"] and self.config["tools"] is not None:  # a bootstrap that shows the tool protocol
+            return {**settings, "tools": self.config["tools"]}
+        # without: the keys a bootstrap without tools had, so that its results stand
+        return {key: value for key, value in settings.items() if key not in ("tool_completion", "tool_share")}
 
     def tiny_model_prompt(self) -> dict:
         """The prompt the tiny model bootstraps with: the student's, with its bootstrap benchmark's question."""
@@ -241,7 +246,15 @@ class Plan:
             "generation": job["generation"],
             "prompt": resolve_prompt(job["prompt"]),
             "allow_empty_chunk": synthesis_split_part(split) is not None,
+            "tools": self.generation_tools(model, split),
         }
+
+    def generation_tools(self, model: str, split: str) -> dict | None:
+        """The ``tools`` section a model's generation calls tools with: the student's and its tuned rounds' (a
+        teacher, a synthesis writer and the writing of new problems answer in one turn)."""
+        if model in self.served_models or synthesis_split_part(split) == "sources":
+            return None
+        return self.config["tools"]
 
     def llm_judge_settings(self) -> dict | None:
         """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt (``None`` without

@@ -1,15 +1,15 @@
 """The eval rule's comparison of every model: the table of each model's headline metrics on the eval split, each tuned
-model's paired gain over the base model (``paired_bootstrap``), rounds of different methods compared
-(``method_comparison``), named metrics side by side, the training costs, the synthesis funnel and the run's
-warnings; written as eval/summary.json and eval/summary.txt."""
+model's paired gain over the base model (``paired_bootstrap``), each model's tool use in a run with tools
+(``tool_metrics``), rounds of different methods compared (``method_comparison``), named metrics side by side, the
+training costs, the synthesis funnel and the run's warnings; written as eval/summary.json and eval/summary.txt."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging.extraction_routes import ROUTES_METRIC
 from snakeskills.io import read_json, write_json, write_text
+from snakeskills.judging.extraction_routes import ROUTES_METRIC
 from snakeskills.results.method_comparison import PAIRED_GAIN_OVER, TRAINING_COST, compare_methods, format_costs
 from snakeskills.results.metrics import (
     FINISH_REASON_SHARES,
@@ -30,6 +30,7 @@ from snakeskills.results.run_warnings import (
     training_data_fallback_warnings,
     training_warnings,
 )
+from snakeskills.results.tool_metrics import is_tool_block, tool_use_table
 
 
 def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
@@ -55,7 +56,8 @@ def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
 def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | None = None) -> str:
     """The eval table, then each model's gain over the base model (with its paired confidence interval and flips
     where the summary has them: ``paired.PAIRED_GAIN``); with a ``teacher`` in the summary, also the share of the
-    teacher's lead over the base model that each tuned round closed."""
+    teacher's lead over the base model that each tuned round closed. Where models called tools, their tool use
+    (``tool_metrics.tool_use_table``) follows, then the named metrics."""
     rows = comparison_rows(summary)
     lines = aligned_rows(rows, rule_under_header=True)
     gains = []
@@ -76,7 +78,9 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     title = "symbolic_correct by model (eval split); 'judge' columns: the LLM judge's judge_correct"
     if not any(cell.endswith(" judge") for cell in rows[0]):
         title = "symbolic_correct by model (eval split)"
-    return "\n".join([title, *lines, "", *gains]) + "\n" + format_named_comparison(summary)
+    text = "\n".join([title, *lines, "", *gains]) + "\n"
+    tools = tool_use_table(summary)
+    return text + ("\n" + tools if tools else "") + format_named_comparison(summary)
 
 
 def benchmark_entries(entries: dict) -> dict:
@@ -86,11 +90,15 @@ def benchmark_entries(entries: dict) -> dict:
 
 def format_named_comparison(summary: dict[str, dict]) -> str:
     """Each named metric (``"<benchmark>/<name>"``) as a table: one row per leaf of its value, one column per
-    model that has it; empty when no model has one."""
+    model that has it; empty when no model has one. The paired gains, training costs and tool use have tables of
+    their own."""
     keys = [
         key
         for key in dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key))
-        if not key.endswith(f"/{PAIRED_GAIN}") and f"/{PAIRED_GAIN_OVER}/" not in key and key != TRAINING_COST
+        if not key.endswith(f"/{PAIRED_GAIN}")
+        and f"/{PAIRED_GAIN_OVER}/" not in key
+        and key != TRAINING_COST
+        and not any(is_tool_block(key, entries[key]) for entries in summary.values() if key in entries)
     ]
     blocks = []
     for key in keys:

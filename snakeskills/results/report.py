@@ -15,6 +15,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl, read_json
 from snakeskills.results.named_metrics import is_named_metric
 from snakeskills.results.paired_bootstrap import PAIRED_GAIN
+from snakeskills.results.tool_metrics import tool_blocks
 from snakeskills.training.methods import TRAINING_METHODS, training_method
 
 METRIC = "symbolic_correct"
@@ -395,4 +396,86 @@ def plot_synthesis_funnel(rows: list[dict], output_path: str | Path) -> None:
     axis.set_ylabel("synthesized problems")
     axis.set_title("Problem synthesis funnel")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(figure, output_path)
+
+
+# the tool-use plot's bars: (tool_metrics block key, legend label), in drawing order
+TOOL_USE_BARS = (
+    ("share_calling", "samples that call a tool"),
+    ("accuracy_with_call", f"{METRIC} with a call"),
+    ("accuracy_without_call", f"{METRIC} without a call"),
+)
+
+
+def tool_use_points(summary: dict) -> dict[str, list[tuple[str, dict]]]:
+    """``{benchmark: [(model, tool_metrics block), ...]}`` in summary order, over the models with a tool-use block
+    (``"<benchmark>/tools"``, a run with tools)."""
+    points: dict[str, list[tuple[str, dict]]] = {}
+    for model, entries in summary.items():
+        for benchmark, block in tool_blocks(entries).items():
+            points.setdefault(benchmark, []).append((model, block))
+    return points
+
+
+def plot_tool_use(summary: dict, output_path: str | Path) -> None:
+    """Per benchmark, one group of bars per model: the share of its samples that call a tool, and the accuracy of the
+    samples with a call and of those without (a group with no such samples has no bar there, and says so); each
+    model's calls per sample under its name."""
+    from matplotlib import colormaps
+
+    points = tool_use_points(summary)
+    benchmarks = list(points) or [""]
+    widest = max((len(models) for models in points.values()), default=1)
+    figure, axes = _figure(len(benchmarks), panel_width=max(6.4, 1.3 * widest + 3.0))
+    if not points:
+        _empty(axes[0], "no tool use recorded (a run without tools)")
+        _save(figure, output_path)
+        return
+    palette = colormaps["Set2"].colors
+    width = 0.8 / len(TOOL_USE_BARS)
+    for axis, benchmark in zip(axes, benchmarks, strict=True):
+        models = points[benchmark]
+        for index, (key, label) in enumerate(TOOL_USE_BARS):
+            offset = (index - (len(TOOL_USE_BARS) - 1) / 2) * width
+            legend = label  # on the first bar drawn
+            for group, (_, block) in enumerate(models):
+                value = block[key]
+                position = group + offset
+                if value is None:
+                    axis.annotate(
+                        "none",
+                        (position, 0),
+                        textcoords="offset points",
+                        xytext=(0, 3),
+                        ha="center",
+                        fontsize=7,
+                        rotation=90,
+                        color="grey",
+                    )
+                    continue
+                axis.bar(position, value, width, color=palette[index], label=legend)
+                legend = None
+                axis.annotate(
+                    f"{value:.0f}",
+                    (position, value),
+                    textcoords="offset points",
+                    xytext=(0, 2),
+                    ha="center",
+                    fontsize=7,
+                )
+        axis.set_xticks(
+            range(len(models)),
+            [f"{model}\n{block['calls_per_sample']:.2f} calls/sample" for model, block in models],
+            fontsize=8,
+        )
+        axis.set_xlim(-0.6, len(models) - 0.4)
+        axis.set_ylim(0, 112)
+        axis.set_ylabel("percent")
+        axis.set_title(f"{benchmark}: tool use (eval split)")
+        axis.grid(axis="y", alpha=0.3)
+    legend = {}  # each kind of bar once, from whichever panel drew it
+    for axis in axes:
+        legend.update((label, handle) for handle, label in zip(*axis.get_legend_handles_labels(), strict=True))
+    labels = [label for _, label in TOOL_USE_BARS if label in legend]
+    figure.legend([legend[label] for label in labels], labels, loc="outside upper center", ncols=3, fontsize=8)
     _save(figure, output_path)

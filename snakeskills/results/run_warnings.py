@@ -238,7 +238,7 @@ def training_data_fallback_warnings(model: str, method: str, stats: Mapping, thr
         return []
     _, parts, fixes = _fallback_parts(stats["fallback_credited_by_route"], setting_keys({}, None))
     return [
-        f"{WARNING}{model}: {by_fallback} of {credited} {training_method(method).credited} ({share:.1f}%) were credited by a fallback "
-        f"extraction (warnings.max_fallback_share {limit:g}%): {parts}. {_RISK}, and the round learns "
-        f"them: {fixes} ({DOCS})"
+        f"{WARNING}{model}: {by_fallback} of {credited} {training_method(method).credited} ({share:.1f}%) were "
+        f"credited by a fallback extraction (warnings.max_fallback_share {limit:g}%): {parts}. {_RISK}, and the round "
+        f"learns them: {fixes} ({DOCS})"
     ]

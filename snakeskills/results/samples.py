@@ -480,9 +480,7 @@ def render_html(
         sections.append(f'<h2 id="group{index}">{title}</h2><p>{html.escape(_group_counts(group))}</p>{body}')
     overview = (
         "<table><tr><th>model on benchmark (split)</th><th>correct</th><th>incorrect</th>"
-        "<th>extraction routes (* a fallback)</th><th>shown</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<th>extraction routes (* a fallback)</th><th>shown</th></tr>" + "".join(rows) + "</table>"
         if groups
         else "<p>no judged samples</p>"
     )

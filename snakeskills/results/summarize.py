@@ -25,6 +25,17 @@ from snakeskills.results.metrics import (
 )
 from snakeskills.results.named_metrics import compute_named_metrics, format_metric
 from snakeskills.results.paired_bootstrap import problem_score_rows
+from snakeskills.results.tool_metrics import (
+    OVER_LIMIT,
+    TOOL_CALLS,
+    TOOL_ERRORS,
+    TOOL_SECONDS,
+    TOOL_TIMEOUTS,
+    TOOLS_METRIC,
+    VERDICT,
+    format_tool_metrics,
+    tool_metrics,
+)
 
 SCORE_COLUMNS = ("symbolic_correct", "judge_correct")
 # read when the first row has it (judged files from other tools may lack it): the truncated and errors shares
@@ -86,7 +97,8 @@ def write_benchmark_summary(
     (``named_metrics.compute_named_metrics``); ``metrics.txt``: NeMo-Skills' table, then each named metric;
     ``problems.jsonl``: each problem's correct samples (``paired.problem_score_rows``). Where the judged rows say how
     their answers were found, metrics.json has ``"<benchmark>/extraction_routes"`` (``extraction_routes.
-    routes_summary``) and metrics.txt a line of it under the table."""
+    routes_summary``) and metrics.txt a line of it under the table; where they say how they used a tool (a run with
+    tools), ``"<benchmark>/tools"`` (``tool_metrics.tool_metrics``) and its lines."""
     ids, seeds = _load_seeds(seed_paths)
     metrics = _summarize_seeds(benchmark, seeds)
     scores = {
@@ -94,15 +106,21 @@ def write_benchmark_summary(
     }
     named = compute_named_metrics(benchmark, metric_specs, seed_paths)  # before any file: a failing metric writes none
     routes = _routes_entry(benchmark, seeds)
-    if routes.keys() & named.keys():
-        raise SnakeskillsError(
-            f"config key metrics.{ROUTES_METRIC} (or benchmarks.{benchmark}.metrics.{ROUTES_METRIC}): summarize writes "
-            "how the answers were found under that name; rename the metric"
-        )
+    tools = _tools_entry(benchmark, seed_paths)
+    for name, entry, written in (
+        (ROUTES_METRIC, routes, "how the answers were found"),
+        (TOOLS_METRIC, tools, "tool use"),
+    ):
+        if entry.keys() & named.keys():
+            raise SnakeskillsError(
+                f"config key metrics.{name} (or benchmarks.{benchmark}.metrics.{name}): summarize writes {written} "
+                "under that name; rename the metric"
+            )
     write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
     table = format_table(benchmark, metrics[benchmark]) + "".join(format_routes(value) for value in routes.values())
+    table += "".join(format_tool_metrics(value) for value in tools.values())
     table += "".join(format_metric(k, v) for k, v in named.items())
-    write_json(metrics_path, {**metrics, **named, **routes})
+    write_json(metrics_path, {**metrics, **named, **routes, **tools})
     write_text(table_path, table)
     return table
 
@@ -117,6 +135,27 @@ def _routes_entry(benchmark: str, seeds: list[pl.DataFrame]) -> dict[str, dict]:
     routes = pl.concat([seed[EXTRACTION_ROUTE] for seed in seeds]).to_list()
     correct = pl.concat([seed["symbolic_correct"].cast(pl.Boolean) for seed in seeds]).to_list()
     return {f"{benchmark}/{ROUTES_METRIC}": routes_summary(routes, correct)}
+
+
+def _tools_entry(benchmark: str, seed_paths: list[str | Path]) -> dict[str, dict]:
+    """``{"<benchmark>/tools": tool_metrics}`` over every seed's samples where the first row of a seed file says how
+    many tool calls it made (``code_rounds_executed``: a run with tools); nothing otherwise, and no file is read
+    again."""
+    if not any(TOOL_CALLS in (_first_row(path) or {}) for path in seed_paths):
+        return {}
+    block = tool_metrics(row for path in seed_paths for row in _tool_rows(path))
+    return {} if block is None else {f"{benchmark}/{TOOLS_METRIC}": block}
+
+
+def _tool_rows(path: str | Path):
+    """A judged file's tool fields and verdict, one dict per row (null where a row lacks a field): read by polars,
+    or row by row where polars rejects a value (``_load_seeds`` has checked the file already)."""
+    counts = dict.fromkeys((TOOL_CALLS, TOOL_ERRORS, TOOL_TIMEOUTS), pl.Int64)
+    schema = {**counts, TOOL_SECONDS: pl.Float64, OVER_LIMIT: pl.Boolean, VERDICT: pl.Boolean}
+    try:
+        return pl.read_ndjson(_polars_source(path), schema=schema).iter_rows(named=True)
+    except Exception:  # a value polars does not read as its type: Python reads every row
+        return ({field: row.get(field) for field in schema} for row in iter_jsonl(path))
 
 
 def _with_routes_alike(seeds: list[pl.DataFrame]) -> list[pl.DataFrame]:

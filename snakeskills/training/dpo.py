@@ -15,6 +15,7 @@ import logging
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
 from snakeskills.training.rounds import RoundRun, run_round
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, LossMaskedTrainer, fill_loss_masks
 from snakeskills.training.trainer import (
     check_batch_divides,
     completion_positions_only,
@@ -30,23 +31,36 @@ SIDES = ("chosen", "rejected")
 
 def tokenize_pairs(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
     """Each pair as ``prompt_ids`` (as generation built them), ``chosen_ids`` and ``rejected_ids`` (the answer's
-    tokens and EOS), the columns ``DPOTrainer``'s collator reads."""
-    return [
-        tokenized_answers(
-            record["prompt"], {f"{side}_ids": record[side][-1]["content"] for side in SIDES}, tokenizer, run, "DPO"
-        )
-        for record in records
-    ]
+    tokens and EOS), the columns ``DPOTrainer``'s collator reads; where an answer of the pairs has tool output
+    (``chosen_tool_output_spans``, ``rejected_tool_output_spans``), every row also has ``chosen_loss_mask`` and
+    ``rejected_loss_mask`` (0 on the tools' tokens: ``tool_masks``)."""
+    return fill_loss_masks(
+        [
+            tokenized_answers(
+                record["prompt"],
+                {f"{side}_ids": record[side][-1]["content"] for side in SIDES},
+                tokenizer,
+                run,
+                "DPO",
+                spans={f"{side}_ids": record.get(f"{side}_{TOOL_OUTPUT_SPANS}") for side in SIDES},
+            )
+            for record in records
+        ]
+    )
 
 
 def dpo_trainer_class():
     """``DPOTrainer`` taking an already tokenized dataset (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) as it
     is: its own preparation would extract and re-tokenize text prompts. Its forwards (the policy's, the reference's
     in each step or precomputed) project only the answers' positions onto the vocabulary
-    (``completion_positions_only``)."""
+    (``completion_positions_only``). Rows with loss masks (``chosen_loss_mask``, ``rejected_loss_mask``) leave the
+    tools' tokens out of the completion mask its collator builds (``tool_masks.LossMaskedTrainer``), which every
+    sum of log-probabilities reads: the policy's, the reference's, RPO's NLL term."""
     from trl import DPOTrainer
 
-    class TokenizedDPOTrainer(DPOTrainer):
+    class TokenizedDPOTrainer(LossMaskedTrainer, DPOTrainer):
+        LOSS_MASKED = {"completion_mask": tuple(f"{side}_ids" for side in SIDES)}
+
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
             if {"prompt_ids", "chosen_ids", "rejected_ids"} <= set(dataset.column_names):
                 if args.max_length is not None:  # a prompt that fills max_length leaves no answer to compare

@@ -25,7 +25,7 @@ from snakeskills.training.trainer import check_batch_divides, completion_positio
 logger = logging.getLogger(__name__)
 
 # the reward terms, in the order their weights are given to the trainer (grpo.rewards)
-REWARD_TERMS = ("correct", "answer_format", "length")
+REWARD_TERMS = ("correct", "answer_format", "length", "tool_calls", "tool_seconds")
 
 
 class JudgeRewards:
@@ -40,8 +40,10 @@ class JudgeRewards:
         # the last batch's completions (held, so that no other list can take their identity) and verdicts
         self._batch: tuple[list[str], list[dict]] | None = None
 
-    def judged(self, completions: list[str], rows: list[str]) -> list[dict]:
-        """The batch's records judged (once per batch: every term reads the same verdicts)."""
+    def judged(self, completions: list[str], rows: list[str], spans: list | None = None) -> list[dict]:
+        """The batch's records judged (once per batch: every term reads the same verdicts). With tools,
+        ``completions`` are the rollouts' transcripts and ``spans`` their tool outputs' (the judge reads the answer
+        after the last)."""
         from snakeskills.judging.judge import judge_records
 
         if self._batch is not None and self._batch[0] is completions:
@@ -50,6 +52,9 @@ class JudgeRewards:
             {**json.loads(row), **text_fields(completion, "generation", self.reasoning)}
             for completion, row in zip(completions, rows, strict=True)
         ]
+        if spans is not None:
+            for record, row_spans in zip(records, spans, strict=True):
+                record["tool_output_spans"] = row_spans
         judged: list[dict | None] = [None] * len(records)
         for benchmark, judge in self.judges.items():
             indices = [index for index, record in enumerate(records) if record["benchmark"] == benchmark]
@@ -66,16 +71,29 @@ class JudgeRewards:
     def functions(self) -> list:
         """One reward function per term (TRL logs each as rewards/<name>)."""
 
-        def correct(prompts, completions, completion_ids, row, **_):
-            return [float(record["symbolic_correct"]) for record in self.judged(completions, row)]
+        def judged(completions, row, transcript=None, tool_output_spans=None, **_):
+            if transcript is not None:  # tool rollouts: TRL's decoded completions hold the tool outputs unmarked
+                return self.judged(transcript, row, tool_output_spans)
+            return self.judged(completions, row)
 
-        def answer_format(prompts, completions, completion_ids, row, **_):
-            return [float(record["predicted_answer"] is not None) for record in self.judged(completions, row)]
+        def correct(prompts, completions, completion_ids, row, **extra):
+            return [float(record["symbolic_correct"]) for record in judged(completions, row, **extra)]
 
-        def length(prompts, completions, completion_ids, row, **_):
+        def answer_format(prompts, completions, completion_ids, row, **extra):
+            return [float(record["predicted_answer"] is not None) for record in judged(completions, row, **extra)]
+
+        def length(prompts, completions, completion_ids, row, model_tokens=None, **_):
+            if model_tokens is not None:  # tool rollouts: the model's own tokens, not the tools' outputs
+                return [tokens / self.max_new_tokens for tokens in model_tokens]
             return [len(ids) / self.max_new_tokens for ids in completion_ids]
 
-        return [correct, answer_format, length]
+        def tool_calls(prompts, completions, completion_ids, row, tool_calls=None, **_):
+            return [float(calls) for calls in tool_calls] if tool_calls is not None else [0.0] * len(completions)
+
+        def tool_seconds(prompts, completions, completion_ids, row, tool_seconds=None, **_):
+            return [float(time) for time in tool_seconds] if tool_seconds is not None else [0.0] * len(completions)
+
+        return [correct, answer_format, length, tool_calls, tool_seconds]
 
 
 def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict):
@@ -232,12 +250,14 @@ def train(
     steps_per_generation: int | None = None,
     num_iterations: int = 1,
     vllm_mode: str | None = None,
+    tools: dict | None = None,
 ) -> dict:
     """Train with GRPO on the round's problems (``run.data_path``) and save the result (``rounds.run_round``), with
     the logged reward, KL and completion length by step in its metrics' ``log_history``. The completions are sampled
     by vLLM inside the trainer (``vllm_mode``), else by ``rollouts``: ``hf`` the project's decoding loop
     (``rollouts.BackendRollouts``), ``trl`` TRL's own generate. Resumes from the newest complete Trainer checkpoint of
-    the same run (training.checkpoint_minutes, checkpoint_steps)."""
+    the same run (training.checkpoint_minutes, checkpoint_steps). With ``tools`` (the config's section) the hf
+    rollouts call the tool between turns (``tools.loop``); TRL masks the tools' outputs out of the loss."""
     if not sampling["temperature"]:
         raise SnakeskillsError(
             "grpo.sampling.temperature is 0: a group of greedy completions has no spread to learn from"
@@ -273,6 +293,8 @@ def train(
         arguments = GRPOConfig(**settings, **vllm, **common)
         sampler = rollouts if vllm_mode is None else "vllm"
         hyperparameters = {**common, **settings, "rollouts": sampler, "reasoning": reasoning, "judges": judges}
+        if tools is not None:
+            hyperparameters["tools"] = tools
         hyperparameters["vllm_mode"] = vllm_mode
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
         # the judge logs a line per batch it judges; here that is every step, which the step lines already summarize
@@ -285,7 +307,12 @@ def train(
         extra = {}
         if sampler == "hf":
             batch = arguments.per_device_train_batch_size * arguments.steps_per_generation
-            extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch)
+            use = None
+            if tools is not None:
+                from snakeskills.tools.loop import tool_use
+
+                use = tool_use(tools)
+            extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch, tools=use)
         trainer = tokenized_trainer(
             trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs, **extra
         )

@@ -16,6 +16,7 @@ import random
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
 from snakeskills.training.rounds import RoundRun, run_round
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, LossMaskedTrainer, fill_loss_masks
 from snakeskills.training.trainer import (
     check_batch_divides,
     completion_positions_only,
@@ -28,14 +29,22 @@ logger = logging.getLogger(__name__)
 
 def tokenize_samples(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
     """Each sample as ``prompt_ids`` (as generation built them), ``completion_ids`` (the answer's tokens and EOS) and
-    ``label``, the columns ``KTOTrainer``'s collator reads."""
-    return [
-        tokenized_answers(
-            record["prompt"], {"completion_ids": record["completion"][-1]["content"]}, tokenizer, run, "KTO"
-        )
-        | {"label": bool(record["label"])}
-        for record in records
-    ]
+    ``label``, the columns ``KTOTrainer``'s collator reads; where a sample has tool output (``tool_output_spans``),
+    every row also has ``completion_loss_mask`` (0 on the tools' tokens: ``tool_masks``)."""
+    return fill_loss_masks(
+        [
+            tokenized_answers(
+                record["prompt"],
+                {"completion_ids": record["completion"][-1]["content"]},
+                tokenizer,
+                run,
+                "KTO",
+                spans={"completion_ids": record.get(TOOL_OUTPUT_SPANS)},
+            )
+            | {"label": bool(record["label"])}
+            for record in records
+        ]
+    )
 
 
 def balanced_weights(desirable: int, undesirable: int, desirable_weight, undesirable_weight) -> tuple[float, float]:
@@ -59,10 +68,14 @@ def kto_trainer_class():
     its own preparation would re-render and re-tokenize text. What it still does here: drop a sample whose prompt
     fills max_length, and add each sample's mismatched completion for the KL estimate (the previous one of its
     batch, as TRL does). Its forwards project only the answers' positions onto the vocabulary
-    (``trainer.completion_positions_only``)."""
+    (``trainer.completion_positions_only``). Rows with a loss mask (``completion_loss_mask``, and the mismatched
+    completion's ``KL_completion_loss_mask``) leave the tools' tokens out of the completion masks its collator builds
+    (``tool_masks.LossMaskedTrainer``), which the policy's, the reference's and the KL estimate's sums read."""
     from trl import KTOTrainer
 
-    class TokenizedKTOTrainer(KTOTrainer):
+    class TokenizedKTOTrainer(LossMaskedTrainer, KTOTrainer):
+        LOSS_MASKED = {"completion_mask": ("completion_ids",), "KL_completion_mask": ("KL_completion_ids",)}
+
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
             if not {"prompt_ids", "completion_ids", "label"} <= set(dataset.column_names):
                 return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
@@ -71,7 +84,9 @@ def kto_trainer_class():
             if self.calculate_KL:
 
                 def add_kl_completion_ids(rows):
-                    rows["KL_completion_ids"] = [rows["completion_ids"][-1]] + rows["completion_ids"][:-1]
+                    for column in ("completion_ids", "completion_loss_mask"):
+                        if column in rows:
+                            rows[f"KL_{column}"] = [rows[column][-1]] + rows[column][:-1]
                     return rows
 
                 dataset = dataset.map(add_kl_completion_ids, batched=True, batch_size=args.per_device_train_batch_size)

@@ -1,7 +1,8 @@
 """KTO's data: every judged train sample of the previous model as unpaired feedback, desirable when the judge says
 correct and undesirable when not (no pair from the same problem needed), in TRL's conversational unpaired preference
-format (``prompt`` messages, ``completion`` assistant message, ``label``); the trainer encodes the prompt exactly as
-generation did."""
+format (``prompt`` messages, ``completion`` assistant message, ``label``, and for a completion that called tools
+``tool_output_spans``, its tool outputs' spans, which ``kto.py`` masks out of the loss); the trainer encodes the
+prompt exactly as generation did."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.training.samples import problems_in_pass_rate, trained_text, write_round_data
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, trained_spans
 
 
 def select_kto_samples(
@@ -46,7 +48,11 @@ def select_kto_samples(
             if "expected_answer" in problem.row:
                 record["expected_answer"] = problem.row["expected_answer"]
             completion = [{"role": "assistant", "content": text}]
-            records.append({**record, "prompt": problem.prompt, "completion": completion, "label": correct})
+            record = {**record, "prompt": problem.prompt, "completion": completion, "label": correct}
+            spans = trained_spans(sample, f"{problem.benchmark} problem {problem.row['id']!r}")
+            if spans:  # of the completion: its tool outputs, masked out of the loss (kto.py)
+                record[TOOL_OUTPUT_SPANS] = spans
+            records.append(record)
             if correct:
                 desirable_routes.append(sample.get(EXTRACTION_ROUTE))
         kept_problems += kept > 0

@@ -1,7 +1,9 @@
 """DPO's data: (correct, incorrect) pairs of samples of the same prompt, from the previous model's judged train
 samples, in TRL's conversational preference format (``prompt`` messages, ``chosen`` and ``rejected`` assistant
-messages; the trainer encodes the prompt exactly as generation did), and the same pairs for LLaMA-Factory
-(pairwise Alpaca, ``ranking: true`` in its ``dataset_info.json``)."""
+messages; the trainer encodes the prompt exactly as generation did; an answer that called tools adds
+``chosen_tool_output_spans`` or ``rejected_tool_output_spans``, its tool outputs' spans, which ``dpo.py`` masks out
+of the loss), and the same pairs for LLaMA-Factory (pairwise Alpaca, ``ranking: true`` in its ``dataset_info.json``;
+without the mask)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.training.samples import Problem, problems_in_pass_rate, trained_text, write_round_data
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, trained_spans
 
 
 def pair_indices(num_chosen: int, num_rejected: int, limit: int | None) -> list[tuple[int, int]]:
@@ -74,14 +77,15 @@ def select_pairs(
             record = {"id": problem.row["id"], "benchmark": problem.benchmark, "problem": problem.row["problem"]}
             if "expected_answer" in problem.row:
                 record["expected_answer"] = problem.row["expected_answer"]
-            records.append(
-                {
-                    **record,
-                    "prompt": problem.prompt,
-                    "chosen": [{"role": "assistant", "content": trained_text(chosen[chosen_index])}],
-                    "rejected": [{"role": "assistant", "content": trained_text(rejected[rejected_index])}],
-                }
-            )
+            sides = {"chosen": chosen[chosen_index], "rejected": rejected[rejected_index]}
+            record["prompt"] = problem.prompt
+            for side, sample in sides.items():
+                record[side] = [{"role": "assistant", "content": trained_text(sample)}]
+            for side, sample in sides.items():
+                spans = trained_spans(sample, f"{problem.benchmark} problem {problem.row['id']!r}")
+                if spans:  # of the side's answer: its tool outputs, masked out of the loss (dpo.py)
+                    record[f"{side}_{TOOL_OUTPUT_SPANS}"] = spans
+            records.append(record)
     counts["problems_paired"] = paired_problems
     counts["pairs"] = len(records)
     counts.update(credited_counts(chosen_routes))

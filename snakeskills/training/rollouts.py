@@ -78,7 +78,9 @@ class BackendRollouts:
     """TRL's ``rollout_func``: the completions of a batch of prompts (each prompt once per completion, as the trainer's
     sampler repeats it), sampled by the hf backend's loop with a seed per completion."""
 
-    def __init__(self, prompt_token_ids: dict[str, list[int]], sampling: dict, *, seed: int, batch_size: int):
+    def __init__(
+        self, prompt_token_ids: dict[str, list[int]], sampling: dict, *, seed: int, batch_size: int, tools=None
+    ):
         self.prompt_token_ids = prompt_token_ids
         self.sampling = SamplingParams(
             temperature=sampling["temperature"],
@@ -87,6 +89,7 @@ class BackendRollouts:
             max_new_tokens=sampling["max_new_tokens"],
         )
         self.seed, self.batch_size = seed, batch_size
+        self.tools = tools  # a tools.loop.ToolUse: completions call the tool between turns
         self.backend = self.folded = None
         self.calls = 0  # samplings done (a test reads it)
 
@@ -101,6 +104,10 @@ class BackendRollouts:
             else:
                 generating = model
             self.backend = HFBackend.around(generating, tokenizer, batch_size=self.batch_size)
+            if self.tools is not None:
+                from snakeskills.tools.loop import ToolLoop
+
+                self.backend = ToolLoop(self.backend, self.tools)
             logger.info(
                 "GRPO rollouts: the hf backend's decoding loop on %s",
                 "a copy of the policy with its LoRA adapter folded in" if self.folded else "the policy",
@@ -129,8 +136,18 @@ class BackendRollouts:
         if failed:
             raise SnakeskillsError(f"GRPO rollout: {failed[0].error}")
         self.calls += 1
-        return {
+        output = {
             "prompt_ids": [list(request.prompt_token_ids) for request in requests],
             "completion_ids": [list(result.token_ids) for result in results],
             "logprobs": [list(result.logprobs) for result in results],
         }
+        if self.tools is not None:
+            # TRL masks the tokens a tool appended out of the loss (env_mask 0) and hands the other fields to the
+            # reward functions: the transcript as the judge reads it, and the tool use a reward may price
+            output["env_mask"] = [list(result.model_token_mask) for result in results]
+            output["model_tokens"] = [result.num_generated_tokens for result in results]
+            output["transcript"] = [result.generation for result in results]
+            output["tool_output_spans"] = [result.tools["tool_output_spans"] for result in results]
+            output["tool_calls"] = [result.tools["code_rounds_executed"] for result in results]
+            output["tool_seconds"] = [result.tools["code_execution_time"] for result in results]
+        return output

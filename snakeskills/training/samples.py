@@ -13,6 +13,7 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json, write_jsonl
 from snakeskills.prompts import build_messages
+from snakeskills.tools.loop import RECORD_FIELDS
 
 SCORES = {
     "symbolic_correct": ("symbolic_correct",),
@@ -69,6 +70,7 @@ SAMPLE_FIELDS = frozenset(
         "execution_error",
         "error",
         "reasoning_content",
+        *RECORD_FIELDS,  # a sample's tool use
     }
 )
 

@@ -13,6 +13,7 @@ from snakeskills.io import iter_jsonl
 from snakeskills.prompts import encode_messages
 from snakeskills.training.checkpoints import claim_checkpoints, trainer_dir_for
 from snakeskills.training.rounds import RoundRun, run_round
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, completion_ids_and_mask
 from snakeskills.training.trainer import run_trainer, section_trainer_arguments, training_callbacks
 
 # the label of a token the loss is not on (the prompt's, as TRL's collator masks it)
@@ -27,6 +28,8 @@ def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int)
     applied, special tokens exactly once); the completion is tokenized on its own, as the model generates
     it after the prompt, and followed by the tokenizer's EOS so the model learns to stop. TRL turns the mask
     into labels (-100 on the prompt) and pads; an example whose prompt alone fills ``max_length`` is dropped.
+    An example's ``tool_output_spans`` (of its completion) leave the tools' tokens out of the mask too
+    (``tool_masks.completion_ids_and_mask``): the model does not learn to predict what a tool printed.
     """
     import datasets
 
@@ -35,10 +38,12 @@ def tokenize_prompt_completion(tokenizer, examples: list[dict], max_length: int)
     rows = []
     for example in examples:
         prompt_ids = list(example["prompt_ids"])
-        completion_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"]
+        completion_ids, loss_mask = completion_ids_and_mask(
+            tokenizer, example["completion"], example.get(TOOL_OUTPUT_SPANS) or []
+        )
         completion_ids = completion_ids + [tokenizer.eos_token_id]
         input_ids = (prompt_ids + completion_ids)[:max_length]
-        completion_mask = ([0] * len(prompt_ids) + [1] * len(completion_ids))[:max_length]
+        completion_mask = ([0] * len(prompt_ids) + loss_mask + [1])[:max_length]
         rows.append({"input_ids": input_ids, "completion_mask": completion_mask})
     return datasets.Dataset.from_list(rows)
 
@@ -109,14 +114,18 @@ def train_on_examples(model, tokenizer, examples: list[dict], **settings):
 
 def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> dict:
     """An SFT record as the trainer's example: the prompt's token ids, exactly as generation builds them
-    (``prompts.encode_messages``, with the prompt's chat template and its kwargs), and the assistant's text."""
+    (``prompts.encode_messages``, with the prompt's chat template and its kwargs), the assistant's text, and its
+    ``tool_output_spans`` where the record has them."""
     messages = record["messages"]
     if messages[-1]["role"] != "assistant":
         raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
     prompt_ids = encode_messages(
         messages[:-1], chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
     )
-    return {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
+    example = {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
+    if record.get(TOOL_OUTPUT_SPANS):
+        example[TOOL_OUTPUT_SPANS] = record[TOOL_OUTPUT_SPANS]
+    return example
 
 
 def train(run: RoundRun) -> dict:

@@ -1,8 +1,10 @@
 """SFT's data: a round's judged samples filtered into training examples, in TRL's conversational ``messages`` format
 (system?, user, assistant), one ``{"messages": [...]}`` object a line: TRL's ``SFTTrainer`` trains on
 ``load_dataset("json", ...)`` of it as is (it reads ``messages``; the ``id``/``problem``/``expected_answer`` fields
-kept for tracing are ignored). The same examples are exported in Alpaca format with a ``dataset_info.json`` for
-LLaMA-Factory, so a user can train elsewhere.
+kept for tracing are ignored). An example whose generation called tools also has ``tool_output_spans``, the spans of
+the tool outputs in the assistant's text, which ``sft.py`` masks out of the loss. The same examples are exported in
+Alpaca format with a ``dataset_info.json`` for LLaMA-Factory, so a user can train elsewhere (without the mask: the
+Alpaca format has none).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from snakeskills.io import iter_jsonl, write_json
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, credited_counts
 from snakeskills.prompts import build_messages
 from snakeskills.training.samples import SCORES, is_correct, sample_pass_rates, trained_text, write_round_data
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, trained_spans
 
 
 def select_sft_records(
@@ -84,7 +87,11 @@ def select_sft_records(
             example = {"id": row["id"], "problem": row["problem"]}
             if "expected_answer" in row:  # a code row has tests, not an expected answer
                 example["expected_answer"] = row["expected_answer"]
-            records.append({**example, "generated_by": source, "messages": messages})
+            example = {**example, "generated_by": source, "messages": messages}
+            spans = trained_spans(row, f"{path}: row {row_number}")
+            if spans:  # of the assistant's text: its tool outputs, masked out of the loss (sft.py)
+                example[TOOL_OUTPUT_SPANS] = spans
+            records.append(example)
             kept_by_source[source] += 1
             if filters["correct_only"] or all(row.get(verdict) for verdict in SCORES[filters["score"]]):
                 credited_routes.append(row.get(EXTRACTION_ROUTE))

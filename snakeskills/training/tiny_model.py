@@ -115,12 +115,19 @@ def build_and_bootstrap(
     check_every_steps: int,
     seed: int,
     threads: int,
+    tool_completion: str | None = None,
+    tool_share: float = 0.0,
+    tools: dict | None = None,
 ) -> dict:
     """Build the tiny model, give it a short supervised bootstrap, save it to ``output_dir``.
 
     Training stops as soon as greedy accuracy on ``validation_records`` (problems the bootstrap
     never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
+
+    With ``tools`` (the config's section) a share ``tool_share`` of the bootstrap problems, chosen by ``seed``, is
+    answered by ``tool_completion`` (a call, the tool's output in its tags, the answer), with the output masked out
+    of the loss; the validation then answers with the tool (greedy, ``tools.loop``).
     """
     from snakeskills.io import write_json
     from snakeskills.prompts import fill_template, model_input_ids
@@ -133,20 +140,34 @@ def build_and_bootstrap(
     model = build_tiny_llama(tokenizer, seed=seed, **architecture)
     num_parameters = sum(parameter.numel() for parameter in model.parameters())
     logger.info("built tiny Llama with %d parameters, vocabulary %d", num_parameters, len(tokenizer))
+    calling = tool_calling_rows(len(bootstrap_records), tool_share if tools and tool_completion else 0.0, seed)
     examples = [
-        {
-            "prompt_ids": model_input_ids(prompt_config, record, tokenizer),
-            "completion": fill_template(completion_template, record),
-        }
-        for record in bootstrap_records
+        bootstrap_example(
+            model_input_ids(prompt_config, record, tokenizer),
+            fill_template(tool_completion if index in calling else completion_template, record),
+            tools if index in calling else None,
+        )
+        for index, record in enumerate(bootstrap_records)
     ]
+    if calling:
+        logger.info("%d of %d bootstrap problems answered with a tool call", len(calling), len(examples))
     validation = [
         {"prompt_ids": model_input_ids(prompt_config, record, tokenizer), "expected_answer": record["expected_answer"]}
         for record in validation_records
     ]
     max_new_tokens = max(len(tokenizer(example["completion"])["input_ids"]) for example in examples) + 2
+    use = None
+    if tools is not None:
+        from snakeskills.tools.loop import tool_use
+
+        use = tool_use(tools)
     stopper = accuracy_stop_callback(
-        tokenizer, validation, target=stop_at_accuracy, check_every=check_every_steps, max_new_tokens=max_new_tokens
+        tokenizer,
+        validation,
+        target=stop_at_accuracy,
+        check_every=check_every_steps,
+        max_new_tokens=max_new_tokens,
+        tools=use,
     )
     metrics, trainer = train_on_examples(
         model,
@@ -174,6 +195,7 @@ def build_and_bootstrap(
         [v["prompt_ids"] for v in validation],
         [v["expected_answer"] for v in validation],
         max_new_tokens,
+        tools=use,
     )
     metrics["stop_at_accuracy"] = stop_at_accuracy
     metrics["reached_target"] = metrics["final_validation_accuracy"] >= stop_at_accuracy
@@ -210,14 +232,42 @@ def bootstrap_miss(metrics: dict) -> str | None:
     )
 
 
-def greedy_accuracy(model, tokenizer, prompts: list[list[int]], expected: list[str], max_new_tokens: int) -> float:
-    """Share of prompts (token ids) whose greedy completion's ``\\boxed{}`` answer matches the expected answer."""
+def tool_calling_rows(count: int, share: float, seed: int) -> set[int]:
+    """The bootstrap rows answered with a tool call: ``share`` of ``count``, chosen by ``seed``."""
+    import random
+
+    return set(random.Random(f"{seed}/tool-calling").sample(range(count), round(share * count)))
+
+
+def bootstrap_example(prompt_ids: list[int], completion: str, tools: dict | None) -> dict:
+    """One bootstrap example; a completion with a tool call carries its tool outputs' spans (masked in the loss)."""
+    example = {"prompt_ids": prompt_ids, "completion": completion}
+    if tools is not None:
+        from snakeskills.tools.protocol import output_spans, tags_from_config
+
+        spans = output_spans(completion, tags_from_config(tools["tags"]))
+        if spans:
+            example["tool_output_spans"] = [list(span) for span in spans]
+    return example
+
+
+def greedy_accuracy(
+    model, tokenizer, prompts: list[list[int]], expected: list[str], max_new_tokens: int, tools=None
+) -> float:
+    """Share of prompts (token ids) whose greedy completion's ``\\boxed{}`` answer matches the expected answer;
+    with ``tools`` (a ``tools.loop.ToolUse``), completions that call the tool, judged after its last output."""
     import torch
 
     from snakeskills.judging.judge import exact_match, extract_answer
 
     was_training = model.training
     model.eval()
+    if tools is not None:
+        texts = _greedy_with_tools(model, tokenizer, prompts, max_new_tokens, tools)
+        model.train(was_training)
+        predicted = [extract_answer(text, method="boxed", regex=None) for text in texts]
+        correct = sum(exact_match(answer, gold) for answer, gold in zip(predicted, expected, strict=True))
+        return correct / len(prompts)
     encoded = tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True, padding_side="left")
     with torch.inference_mode():
         output = model.generate(
@@ -235,7 +285,22 @@ def greedy_accuracy(model, tokenizer, prompts: list[list[int]], expected: list[s
     return correct / len(prompts)
 
 
-def accuracy_stop_callback(tokenizer, validation: list[dict], *, target: float, check_every: int, max_new_tokens: int):
+def _greedy_with_tools(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, tools) -> list[str]:
+    """Each prompt's greedy transcript with the tool (``tools.loop``), as the judge reads it (after the last output)."""
+    from snakeskills.backends.hf import HFBackend
+    from snakeskills.backends.types import GenerationRequest, SamplingParams
+    from snakeskills.tools.loop import ToolLoop
+    from snakeskills.tools.protocol import answer_text
+
+    loop = ToolLoop(HFBackend.around(model, tokenizer, batch_size=len(prompts)), tools)
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+    results = loop.generate([GenerationRequest(seed=0, prompt_token_ids=tuple(ids)) for ids in prompts], greedy)
+    return [answer_text(result.generation, result.tools["tool_output_spans"]) for result in results]
+
+
+def accuracy_stop_callback(
+    tokenizer, validation: list[dict], *, target: float, check_every: int, max_new_tokens: int, tools=None
+):
     """A TrainerCallback ending training once greedy accuracy on ``validation`` reaches ``target``.
 
     The bootstrap's purpose is a base model with a chosen, modest skill level; stopping on a
@@ -254,7 +319,7 @@ def accuracy_stop_callback(tokenizer, validation: list[dict], *, target: float, 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step % check_every:
                 return control
-            accuracy = greedy_accuracy(model, tokenizer, prompts, expected, max_new_tokens)
+            accuracy = greedy_accuracy(model, tokenizer, prompts, expected, max_new_tokens, tools=tools)
             self.history.append({"step": state.global_step, "validation_accuracy": accuracy})
             logger.info("bootstrap step %d: greedy validation accuracy %.3f", state.global_step, accuracy)
             if accuracy >= target:

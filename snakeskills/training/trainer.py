@@ -200,12 +200,17 @@ def training_callbacks(training: dict) -> list:
     return [step_logger(), checkpoint_timer(training["checkpoint_minutes"])]
 
 
-def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, run, method: str) -> dict:
+def tokenized_answers(
+    prompt: list[dict], answers: dict[str, str], tokenizer, run, method: str, spans: dict[str, list] | None = None
+) -> dict:
     """A trainer's row: ``prompt_ids``, the prompt's messages exactly as generation encodes them
     (``prompts.encode_messages`` with the round's chat template settings, ``run``), and each answer, by its column,
     tokenized on its own as the model generated it after the prompt and ended with the tokenizer's EOS (a preference
-    method scores the whole answer, its end included)."""
+    method scores the whole answer, its end included). An answer with tool output (``spans``: its column's tool
+    output spans, ``tool_masks``) also gets its loss mask (``tool_masks.loss_mask_column``: 0 on the tools' tokens,
+    1 on the rest and the EOS)."""
     from snakeskills.prompts import encode_messages
+    from snakeskills.training.tool_masks import completion_ids_and_mask, loss_mask_column
 
     if tokenizer.eos_token_id is None:
         raise SnakeskillsError(f"the tokenizer has no eos_token; {method} needs one to end each answer")
@@ -214,7 +219,11 @@ def tokenized_answers(prompt: list[dict], answers: dict[str, str], tokenizer, ru
     )
     row = {"prompt_ids": list(prompt_ids)}
     for column, text in answers.items():
-        row[column] = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        answer_spans = (spans or {}).get(column) or []
+        ids, loss_mask = completion_ids_and_mask(tokenizer, text, answer_spans)
+        row[column] = ids + [tokenizer.eos_token_id]
+        if answer_spans:
+            row[loss_mask_column(column)] = loss_mask + [1]
     return row
 
 

@@ -165,3 +165,15 @@ def test_kto_mistakes_stop_the_plan(mutate, message):
     with pytest.raises(SnakeskillsError) as error:
         checked_config(config)
     assert message in str(error.value)
+
+
+def test_a_sample_keeps_the_spans_of_its_tool_outputs(tmp_path):
+    """A completion that called a tool keeps its tool outputs' spans (which the trainer masks out of the loss); one
+    that called none adds no key, as before tools."""
+    called = "<calc>1+1</calc><out>2</out>\\boxed{2}"
+    spans = [[called.index("<out>"), called.index("\\boxed")]]
+    path = tmp_path / "seed0.jsonl"
+    write_jsonl(path, [{**sample("a", called, True), "tool_output_spans": spans}, sample("a", "\\boxed{3}", False)])
+    with_tool, without = select([path])[0]
+    assert with_tool["completion"][0]["content"] == called and with_tool["tool_output_spans"] == spans
+    assert "tool_output_spans" not in without

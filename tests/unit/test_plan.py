@@ -795,3 +795,17 @@ def test_every_methods_rounds_say_their_method_and_old_sft_names_get_a_note(tmp_
     assert "(round1 -> sft-round1, round2 -> sft-round2)" in note and "not read" in note
     with pytest.raises(SnakeskillsError, match="must not start with .* or 'round'"):
         checked(lambda config: config["model"].update(name="round1"))
+
+
+def test_the_tool_use_plot_is_a_target_only_with_tools():
+    tools = {
+        "tool": "calculator",
+        "tags": {
+            "code_begin": "<calc>",
+            "code_end": "</calc>",
+            "code_output_begin": "<out>",
+            "code_output_end": "</out>",
+        },
+    }
+    assert "results/tiny-arithmetic/report/tool_use.png" not in plan_of().targets()
+    assert "results/tiny-arithmetic/report/tool_use.png" in plan_of(tools=tools).targets()

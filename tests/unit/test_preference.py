@@ -15,7 +15,7 @@ from snakeskills.io import iter_jsonl, read_json, write_jsonl
 from snakeskills.judging.judge import judge_records
 from snakeskills.plan.config import default_config
 from snakeskills.plan.sections import benchmark_judge
-from snakeskills.training.grpo import JudgeRewards
+from snakeskills.training.grpo import REWARD_TERMS, JudgeRewards
 from snakeskills.training.preference_pairs import (
     pair_indices,
     select_pairs,
@@ -174,10 +174,9 @@ def rewards_of(judge: dict, rows: list[dict], completions: list[str], **weights)
     reward = JudgeRewards({"bench": judge}, {"parse_reasoning": False}, max_new_tokens=64, num_workers=2)
     columns = [json.dumps({**row, "benchmark": "bench"}) for row in rows]
     ids = [[0] * len(text) for text in completions]
-    names = ("correct", "answer_format", "length")
     return {
         name: function(prompts=[""] * len(rows), completions=completions, completion_ids=ids, row=columns)
-        for name, function in zip(names, reward.functions(), strict=True)
+        for name, function in zip(REWARD_TERMS, reward.functions(), strict=True)
     }
 
 
@@ -233,3 +232,17 @@ def test_each_batch_is_judged_anew():
     for _ in range(3):  # new lists each time, as the trainer makes them: none is served another's verdicts
         assert correct(prompts=[""], completions=["\\boxed{2}"], completion_ids=[[0]], row=row) == [1.0]
         assert correct(prompts=[""], completions=["\\boxed{3}"], completion_ids=[[0]], row=row) == [0.0]
+
+
+def test_a_pair_keeps_the_spans_of_each_answers_tool_outputs(tmp_path):
+    """An answer that called a tool keeps its tool outputs' spans under its side's key (which the trainer masks out
+    of the loss); an answer that called none adds no key, as before tools."""
+    called = "<calc>1+1</calc><out>2</out>\\boxed{2}"
+    spans = [[called.index("<out>"), called.index("\\boxed")]]
+    right = {**sample("1+1", "2"), "generation": called, "tool_output_spans": spans}
+    write_jsonl(tmp_path / "output-rs0.jsonl", [right, sample("1+1", "3"), sample("2+2", "4"), sample("2+2", "5")])
+    records, _ = select_pairs([tmp_path / "output-rs0.jsonl"], ["add"], [PROMPT], PAIRS, EVERY_PROBLEM)
+    with_tool, without = records
+    assert with_tool["chosen"][0]["content"] == called and with_tool["chosen_tool_output_spans"] == spans
+    assert "rejected_tool_output_spans" not in with_tool
+    assert not [key for key in without if key.endswith("tool_output_spans")]

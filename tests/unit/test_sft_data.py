@@ -156,3 +156,32 @@ def test_select_sft_records_by_the_chosen_verdict(tmp_path, score, kept):
 def test_select_sft_records_without_the_llm_verdict_names_the_file_and_row(judged_files):
     with pytest.raises(SnakeskillsError, match=r"seed0\.jsonl: row 1: no 'judge_correct' field.*judge\.llm"):
         select_sft_records(judged_files, ["base", "base"], [PROMPT] * 2, {**FILTERS, "score": "both"})
+
+
+def test_an_example_keeps_the_spans_of_its_tool_outputs(tmp_path):
+    """A generation that called a tool keeps its tool outputs' spans (of the assistant's text, which the trainer
+    masks out of the loss); one that called none has no such key, as before tools. With parse_reasoning the text
+    trained on and its spans are the whole transcript (``_full_generation``)."""
+    called = "<calc>1+1</calc><out>2</out>\\boxed{2}"
+    spans = [[called.index("<out>"), called.index("\\boxed")]]
+    thought = "<think>" + called.replace("1+1", "3+3").replace("2", "6") + "</think>\\boxed{6}"
+    thought_spans = [[thought.index("<out>"), thought.index("</out>") + len("</out>")]]
+    rows = [
+        {**judged("p1", "1+1", called), "tool_output_spans": spans},
+        judged("p2", "2+2", "2+2=\\boxed{4}"),
+        {**judged("p3", "3+3", "\\boxed{6}"), "_full_generation": thought, "tool_output_spans": thought_spans},
+    ]
+    write_jsonl(tmp_path / "judged.jsonl", rows)
+    records, _ = select_sft_records([tmp_path / "judged.jsonl"], ["base"], [PROMPT], FILTERS)
+    assert [(r["messages"][-1]["content"], r.get("tool_output_spans")) for r in records] == [
+        (called, spans),
+        ("2+2=\\boxed{4}", None),
+        (thought, thought_spans),
+    ]
+    assert "tool_output_spans" not in records[1]
+    assert [called[start:end] for start, end in spans] == ["<out>2</out>"]
+    assert [thought[start:end] for start, end in thought_spans] == ["<out>6</out>"]
+
+    write_jsonl(tmp_path / "past.jsonl", [{**judged("p1", "1+1", "\\boxed{2}"), "tool_output_spans": [[0, 99]]}])
+    with pytest.raises(SnakeskillsError, match=r"past\.jsonl: row 1: tool_output_spans: .* ends past the text"):
+        select_sft_records([tmp_path / "past.jsonl"], ["base"], [PROMPT], FILTERS)

@@ -1,0 +1,239 @@
+"""Tool-integrated generation on any backend: a model writes a call between the tags, the call runs, its output is
+appended in the output tags, and the model continues (NeMo-Skills' ``CodeExecutionWrapper``, for every backend of
+this project and batched).
+
+``ToolLoop`` wraps a backend and answers ``generate`` as a backend does. Each row is a transcript that goes through
+turns: a turn generates until ``code_end`` (added to the stop strings), EOS or the row's remaining token budget;
+a turn that ended inside an open call hands the call to a pool of tool workers and the row leaves the batch, while
+the rows that are ready (new ones, and those whose tool returned) keep being generated, so no row waits for
+another's tool. A row ends when a turn ends without a call, when its budget of ``max_new_tokens`` model tokens is
+spent (tool outputs do not count), or at a call beyond ``max_calls`` (not run: the transcript ends there).
+
+Every turn of a row is sampled from a seed made from the row's seed and the turn's number (``turn_seed``), and a
+tool's output depends only on the row's own calls, so a row's transcript is the same whichever rows share its
+batches, and a resumed job equals an uninterrupted one (a timed-out call is the exception a wall clock makes).
+
+A later turn's input is the first one's plus the transcript: for token-id backends its exact token ids where the
+backend returns them (hf's ``keep_tokens``: what GRPO trains on), else the transcript's text encoded; for text
+backends the prompt plus the transcript; for messages backends the transcript as the assistant's unfinished reply
+(``GenerationRequest.assistant_prefix``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.tools.protocol import Tags, output_block, pending_call
+
+logger = logging.getLogger(__name__)
+
+
+# what a sample's record gains from the loop (NeMo-Skills' names where it has them: calls, timeouts, tool time)
+RECORD_FIELDS = (
+    "code_rounds_executed",
+    "num_code_timeouts",
+    "code_execution_time",
+    "tool_errors",
+    "tool_call_over_limit",
+    "tool_output_spans",
+)
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """How a model uses its tool: the tool's settings (``registry.ToolSettings``), the tags, the calls a sample may
+    make, and the calls that run at once."""
+
+    settings: object
+    tags: Tags
+    max_calls: int
+    workers: int
+
+
+def tool_use(section: dict) -> ToolUse:
+    """The config's ``tools`` section (schema defaults filled) as the loop uses it."""
+    from snakeskills.tools.protocol import tags_from_config
+    from snakeskills.tools.registry import tools_settings
+
+    return ToolUse(
+        settings=tools_settings(section),
+        tags=tags_from_config(section["tags"]),
+        max_calls=section["max_calls"],
+        workers=section["workers"],
+    )
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The seed of a row's turn: the row's own for the first turn (a row that calls no tool is sampled as without
+    tools), one made from it and the turn's number after."""
+    if turn == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}\x00turn\x00{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+@dataclass
+class _Row:
+    request: GenerationRequest
+    text: str = ""
+    token_ids: list[int] | None = None  # the completion's exact ids, where the backend returns them
+    logprobs: list[float] = field(default_factory=list)
+    model_token: list[int] = field(default_factory=list)  # per completion id: 1 the model's, 0 a tool's
+    spans: list[list[int]] = field(default_factory=list)
+    turns: int = 0
+    tokens: int = 0
+    calls: int = 0
+    timeouts: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    over_limit: bool = False
+    session: object = None
+
+
+class ToolLoop:
+    """A backend (``backend``) whose rows call a tool while they generate (``use``). ``generate`` returns the
+    backend's results with the whole transcript as ``generation`` and the tool statistics in ``tools``."""
+
+    def __init__(self, backend, use: ToolUse):
+        self.backend, self.use = backend, use
+        self.reports_steps = getattr(backend, "reports_steps", False)
+
+    def __getattr__(self, name):  # takes, tokenizer, weights, model_path, ...: the backend's own
+        return getattr(self.backend, name)
+
+    def generate(
+        self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None
+    ) -> list[GenerationResult]:
+        from snakeskills.tools.registry import new_session
+
+        tags = self.use.tags
+        sampling = dataclasses.replace(sampling, stop=tuple(dict.fromkeys([*sampling.stop, tags.code_end])))
+        rows = [_Row(request) for request in requests]
+        results: list[GenerationResult | None] = [None] * len(rows)
+        ready = deque(range(len(rows)))
+        calls: dict = {}
+        per_call = getattr(self.backend, "batch_size", None) or max(len(rows), 1)
+        steps = {"on_step": on_step} if on_step is not None and self.reports_steps else {}
+
+        def finish(index: int, finish_reason: str, error: str | None = None) -> None:
+            row = rows[index]
+            if row.session is not None:
+                row.session.close()
+            results[index] = self._result(row, finish_reason, error)
+            if on_results is not None:
+                on_results([results[index]])
+
+        with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
+            while ready or calls:
+                if ready:
+                    batch, turn_requests = [], []
+                    while ready and len(batch) < per_call:
+                        index = ready.popleft()
+                        turn_request = self._turn_request(rows[index], sampling)
+                        if turn_request.budget(sampling) <= 0:  # the tool's output filled the model's context
+                            finish(index, "length")
+                            continue
+                        batch.append(index)
+                        turn_requests.append(turn_request)
+                    if not batch:
+                        continue
+                    turns = self.backend.generate(turn_requests, sampling, **steps)
+                    for index, turn in zip(batch, turns, strict=True):
+                        row = rows[index]
+                        self._absorb(row, turn)
+                        call = pending_call(row.text, tags) if turn.finish_reason == "stop" else None
+                        if turn.finish_reason == "error":
+                            finish(index, "error", turn.error)
+                        elif call is None:
+                            finish(index, turn.finish_reason)
+                        elif row.calls >= self.use.max_calls:
+                            row.over_limit = True
+                            finish(index, "stop")
+                        else:
+                            if row.session is None:
+                                row.session = new_session(self.use.settings)
+                            calls[pool.submit(row.session.call, call)] = index
+                done = [future for future in calls if future.done()]
+                if not ready and not done and calls:
+                    done = list(wait(calls, return_when=FIRST_COMPLETED).done)
+                for future in done:
+                    index = calls.pop(future)
+                    row = rows[index]
+                    self._append_output(row, future.result())
+                    if row.tokens >= sampling.max_new_tokens:
+                        finish(index, "length")
+                    else:
+                        ready.append(index)
+        return results
+
+    def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
+        request = row.request
+        if row.turns == 0:
+            return request
+        seed, budget = turn_seed(request.seed, row.turns), sampling.max_new_tokens - row.tokens
+        if request.prompt_token_ids is not None:
+            if row.token_ids is not None:
+                completion = row.token_ids
+            else:
+                completion = self.backend.tokenizer.encode(row.text, add_special_tokens=False)
+            ids = (*request.prompt_token_ids, *completion)
+            context = getattr(self.backend, "context_length", None)
+            if context is not None:  # the tool outputs took room of the context: the turn gets what is left
+                budget = min(budget, context - len(ids))
+            return dataclasses.replace(request, seed=seed, prompt_token_ids=ids, max_new_tokens=budget)
+        if request.messages is not None:
+            return dataclasses.replace(request, seed=seed, assistant_prefix=row.text, max_new_tokens=budget)
+        return dataclasses.replace(request, seed=seed, prompt=request.prompt + row.text, max_new_tokens=budget)
+
+    def _absorb(self, row: _Row, turn: GenerationResult) -> None:
+        row.turns += 1
+        row.text += turn.generation
+        row.tokens += turn.num_generated_tokens
+        if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
+            row.token_ids = [*(row.token_ids or []), *turn.token_ids]
+            row.logprobs += list(turn.logprobs or [0.0] * len(turn.token_ids))
+            row.model_token += [1] * len(turn.token_ids)
+        else:
+            row.token_ids = None
+
+    def _append_output(self, row: _Row, outcome) -> None:
+        tags = self.use.tags
+        block = output_block(outcome.output, tags)
+        start = len(row.text) + len(tags.code_end)
+        row.text += block
+        row.spans.append([start, len(row.text)])
+        row.calls += 1
+        row.timeouts += outcome.timeout
+        row.errors += outcome.error
+        row.seconds += outcome.seconds
+        if row.token_ids is not None:
+            # the ids of code_end came from the model (its stop string); the output block's are the tool's
+            tool_ids = self.backend.tokenizer.encode(block[len(tags.code_end) :], add_special_tokens=False)
+            row.token_ids += tool_ids
+            row.logprobs += [0.0] * len(tool_ids)
+            row.model_token += [0] * len(tool_ids)
+
+    def _result(self, row: _Row, finish_reason: str, error: str | None) -> GenerationResult:
+        values = (row.calls, row.timeouts, round(row.seconds, 4), row.errors, row.over_limit, row.spans)
+        stats = dict(zip(RECORD_FIELDS, values, strict=True))
+        details = {}
+        if row.token_ids is not None:
+            details = {
+                "token_ids": tuple(row.token_ids),
+                "logprobs": tuple(row.logprobs),
+                "model_token_mask": tuple(row.model_token),
+            }
+        return GenerationResult(
+            generation=row.text,
+            num_generated_tokens=row.tokens,
+            finish_reason=finish_reason,
+            error=error,
+            tools=stats,
+            **details,
+        )

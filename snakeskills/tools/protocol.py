@@ -1,0 +1,106 @@
+"""How a tool call and its output sit in a model's text: the tags (``Tags``, NeMo-Skills' code tags), the call a
+text ends with, the output block the loop appends, and where the tool outputs of a finished transcript lie (what
+the trainers mask out of the loss and what the judge skips).
+
+A transcript reads ``...{code_begin}CALL{code_end}{code_output_begin}OUTPUT{code_output_end}...``: the model writes
+everything but the output blocks, which the loop appends (``output_block``), so the model never learns to predict
+them (``output_spans``) and the judge reads the answer after the last one (``final_text``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snakeskills.errors import SnakeskillsError
+
+
+@dataclass(frozen=True)
+class Tags:
+    code_begin: str
+    code_end: str
+    code_output_begin: str
+    code_output_end: str
+
+
+# NeMo-Skills' code tags (nemo_skills/prompt/code_tags): markdown is Qwen2.5-Math's and NeMo-Skills' default
+# tool-integrated format, openmath OpenMath-Nemotron's, llama3 Llama 3's built-in python tool
+TAG_PRESETS = {
+    "markdown": Tags("```python\n", "```\n", "```output\n", "```\n"),
+    "openmath": Tags("<tool_call>\n", "</tool_call>\n", "```output\n", "```\n"),
+    "llama3": Tags(
+        "<|python_tag|>",
+        "<|eom_id|>",
+        "<|start_header_id|>ipython<|end_header_id|>\n\n",
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
+}
+
+
+def tags_from_config(tags: str | dict, key: str = "tools.tags") -> Tags:
+    """A preset's name or the four tags written out; an unknown preset or an empty tag names ``key``."""
+    if isinstance(tags, str):
+        if tags not in TAG_PRESETS:
+            raise SnakeskillsError(f"config key {key}: unknown tag preset {tags!r}; known: {sorted(TAG_PRESETS)}")
+        return TAG_PRESETS[tags]
+    for name in ("code_begin", "code_end", "code_output_begin", "code_output_end"):
+        if not tags.get(name):
+            raise SnakeskillsError(f"config key {key}.{name}: a tag must be a non-empty string")
+    return Tags(tags["code_begin"], tags["code_end"], tags["code_output_begin"], tags["code_output_end"])
+
+
+def pending_call(text: str, tags: Tags) -> str | None:
+    """The call a turn of the model ended with, or None: the text after the last ``code_begin`` when that tag
+    opens a block the turn left open (no ``code_end`` after it). The backends cut a turn at the stop string
+    ``code_end`` and leave it out, so a turn that stopped there ends inside the block; a turn that ended with EOS
+    inside an open block is read as a call too."""
+    start = text.rfind(tags.code_begin)
+    if start < 0:
+        return None
+    body = text[start + len(tags.code_begin) :]
+    if tags.code_end in body:
+        return None
+    last_output = text.rfind(tags.code_output_begin)
+    if last_output > start:
+        return None
+    return body
+
+
+def output_block(output: str, tags: Tags) -> str:
+    """What the loop appends after a call: ``code_end`` (the backends cut it), then the output in its tags; in tags
+    that open a block of lines (``code_output_begin`` ends with a newline: ```output), on lines of its own."""
+    if tags.code_output_begin.endswith("\n") and output and not output.endswith("\n"):
+        output += "\n"
+    return f"{tags.code_end}{tags.code_output_begin}{output}{tags.code_output_end}"
+
+
+def output_spans(text: str, tags: Tags) -> list[tuple[int, int]]:
+    """The character spans ``[start, end)`` of each tool output block in a transcript, found by the tags
+    (``code_output_begin`` up to and including its ``code_output_end``). The loop records the exact spans it
+    appended (the record's ``tool_output_spans``, what trainers mask and the judge skips); this reading is for a
+    transcript from elsewhere (a NeMo-Skills file, a bootstrap template)."""
+    spans = []
+    position = 0
+    while True:
+        start = text.find(tags.code_output_begin, position)
+        if start < 0:
+            return spans
+        end = text.find(tags.code_output_end, start + len(tags.code_output_begin))
+        end = len(text) if end < 0 else end + len(tags.code_output_end)
+        spans.append((start, end))
+        position = end
+
+
+def answer_text(generation: str, spans) -> str:
+    """The part of a transcript the judge reads: what the model wrote after its last tool output (``spans``: the
+    record's ``tool_output_spans``; the whole text where it called no tool). ``judging.judge.judged_text`` reads a
+    record so (the judge sits below the tools)."""
+    from snakeskills.judging.judge import judged_text
+
+    return judged_text({"generation": generation, "tool_output_spans": spans})
+
+
+def final_text(text: str, tags: Tags) -> str:
+    """The part of a transcript the judge reads: what the model wrote after its last tool output (the whole text
+    where it called no tool)."""
+    spans = output_spans(text, tags)
+    return text[spans[-1][1] :] if spans else text
