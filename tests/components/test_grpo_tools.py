@@ -1,0 +1,258 @@
+"""GRPO with tools: the tokens a tool appended to a rollout never reach GRPO's loss, and the rollouts of the hf
+backend's tool loop hand TRL an ``env_mask`` that marks exactly those tokens.
+
+The masking test runs the project's GRPO trainer (``grpo.train``: ``TokenizedGRPOTrainer``, its shared-prompt
+forward, TRL 1.16's loss) on a tiny Llama without decoder layers, a bigram model: each position's prediction reads
+its own token only, so two rollouts that differ only inside a tool output block differ only in what the loss is
+taken on there. With ``env_mask`` 0 on the block, the loss, every gradient and the step's update are the same bit
+for bit; with ``env_mask`` all ones they differ.
+
+The rollout test teaches the character-level tiny model two tool-integrated transcripts by heart (a quick SFT), so
+that its completions really call the calculator, and reads what ``BackendRollouts`` returns: model tokens and tool
+tokens interleaved, ``env_mask`` 0 on exactly the tool output blocks, and the extras the rewards read."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import training_section
+
+from snakeskills.io import write_jsonl
+from snakeskills.training import grpo
+from snakeskills.training import trainer as trainer_module
+from snakeskills.training.rounds import RoundRun
+
+TAGS = {"code_begin": "<calc>", "code_end": "</calc>", "code_output_begin": "<out>", "code_output_end": "</out>"}
+PROMPT = "37*84="
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 48}
+REWARDS = {"correct": 1.0, "answer_format": 0.0, "length": 0.0, "tool_calls": 0.0, "tool_seconds": 0.0}
+
+
+def transcript(call: str, output: str, answer: str) -> str:
+    """A tool-integrated answer: a call, the output block the loop appended, the model's answer."""
+    return f"<calc>{call}</calc><out>{output}</out>\\boxed{{{answer}}}"
+
+
+def output_span(text: str) -> list[int]:
+    """The output block of ``transcript`` (its tags included), as the loop records it."""
+    return [text.index("<out>"), text.index("</out>") + len("</out>")]
+
+
+def judges() -> dict:
+    from snakeskills.plan.config import default_config
+    from snakeskills.plan.sections import benchmark_judge
+
+    return {"arithmetic": benchmark_judge(default_config(), "arithmetic")}
+
+
+REASONING = {"parse_reasoning": False, "end_reasoning_string": "</think>"}
+
+
+@pytest.fixture(scope="module")
+def local_checkpoints(tmp_path_factory) -> dict:
+    """Two tiny Llamas (character tokenizer) whose every position's prediction reads its own token only, saved as
+    checkpoint folders: ``full``, without decoder layers (a bigram model); ``lora``, one decoder layer whose
+    attention's output projection is zero (frozen under LoRA), so its attention adds exactly 0 and only its MLP,
+    position by position, which the LoRA adapts, counts (the shared-prompt forward's cache has a real layer)."""
+    import torch
+
+    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
+
+    tokenizer = build_char_tokenizer()
+    folders = {}
+    for weights, layers in (("full", 0), ("lora", 1)):
+        folder = folders[weights] = tmp_path_factory.mktemp(f"local-{weights}")
+        model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=layers, num_heads=2, seed=0, max_positions=64)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return folders
+
+
+class FixedRollouts:
+    """A ``rollout_func`` (in ``BackendRollouts``' place) that returns fixed tool-integrated completions of its
+    prompt, as the tool loop returns them: ``env_mask`` 0 on each output block's tokens (``masked``), else all
+    ones; the extras the rewards read; the sampling log-probabilities 0.0 on the tools' tokens."""
+
+    def __init__(self, prompt_token_ids, texts: list[str], masked: bool):
+        self.prompt_token_ids, self.texts, self.masked = prompt_token_ids, texts, masked
+        self.outputs: list[dict] = []
+
+    def __call__(self, prompts: list[str], trainer) -> dict:
+        tokenizer = trainer.processing_class
+        completion_ids, env_mask, logprobs = [], [], []
+        for index in range(len(prompts)):
+            text = self.texts[index % len(self.texts)]
+            start, end = output_span(text)
+            ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+            assert len(ids) == len(text) + 1, "one token a character"
+            mask = [0 if self.masked and start <= position < end else 1 for position in range(len(ids))]
+            completion_ids.append(ids)
+            env_mask.append(mask)
+            logprobs.append([-1.0 if bit else 0.0 for bit in mask])
+        texts = [self.texts[index % len(self.texts)] for index in range(len(prompts))]
+        output = {
+            "prompt_ids": [list(self.prompt_token_ids[prompt]) for prompt in prompts],
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+            "env_mask": env_mask,
+            "transcript": texts,
+            "tool_output_spans": [[output_span(text)] for text in texts],
+            "tool_calls": [1] * len(prompts),
+            "tool_seconds": [0.001] * len(prompts),
+            "model_tokens": [sum(mask) for mask in env_mask],
+        }
+        self.outputs.append(output)
+        return output
+
+
+def grpo_step(checkpoints, weights, tmp_path, monkeypatch, name: str, texts: list[str], masked: bool) -> dict:
+    """One real GRPO step (``grpo.train``; ``weights`` lora: a fresh LoRA on the MLP, full: every weight) on one
+    problem, its group of completions ``texts``. The trained weights are moved at random first, so that the policy
+    differs from its reference (the adapter off, or the reference copy of the starting model) and the KL term
+    counts. Returns the loss, the trained weights' gradients, the weights after the step, the batch as TRL built
+    it, and which forwards ran."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    folder = tmp_path / name
+    folder.mkdir()
+    problem = {"id": "p0", "problem": "37*84", "expected_answer": "3108", "benchmark": "arithmetic"}
+    write_jsonl(folder / "problems.jsonl", [problem | {"prompt": [{"role": "user", "content": PROMPT}]}])
+    run = RoundRun(
+        weights=weights,
+        base_model_path=str(checkpoints[weights]),
+        data_path=str(folder / "problems.jsonl"),
+        output_dir=str(folder / "adapter"),
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["gate_proj", "up_proj", "down_proj"]},
+        training=training_section(num_epochs=1, learning_rate=1e-2, batch_size=len(texts), max_length=64),
+        chat_template=False,
+        chat_template_kwargs={},
+        seed=0,
+        threads=1,
+        dtype="auto",
+        trust_remote_code=False,
+    )
+    seen = {"losses": [], "inputs": [], "shared": 0, "trl_forward": 0}
+    rollouts: list[FixedRollouts] = []
+
+    def fixed_rollouts(prompt_token_ids, sampling, *, seed, batch_size, tools):
+        rollouts.append(FixedRollouts(prompt_token_ids, texts, masked))
+        return rollouts[-1]
+
+    class Gradients(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            seen["gradients"] = {
+                name: parameter.grad.clone() for name, parameter in model.named_parameters() if parameter.requires_grad
+            }
+
+    original_run_trainer, shared = trainer_module.run_trainer, grpo.shared_prompt_logps
+    trl_forward, compute_loss = GRPOTrainer._get_per_token_logps_and_entropies, GRPOTrainer._compute_loss
+
+    def run_trainer(trainer, resume_from, num_examples):
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for parameter in trainer.model.parameters():
+                if parameter.requires_grad:
+                    parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+        trainer.add_callback(Gradients())
+        return original_run_trainer(trainer, resume_from, num_examples)
+
+    def counting_shared(*arguments, **keywords):
+        seen["shared"] += 1
+        return shared(*arguments, **keywords)
+
+    def counting_trl_forward(*arguments, **keywords):
+        seen["trl_forward"] += 1
+        return trl_forward(*arguments, **keywords)
+
+    def recording_loss(self, model, inputs):
+        loss = compute_loss(self, model, inputs)
+        seen["losses"].append(loss.detach().clone())
+        seen["inputs"].append(inputs)
+        return loss
+
+    with monkeypatch.context() as patch:
+        patch.setattr(grpo, "BackendRollouts", fixed_rollouts)
+        patch.setattr(grpo, "shared_prompt_logps", counting_shared)
+        patch.setattr(trainer_module, "run_trainer", run_trainer)
+        patch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting_trl_forward)
+        patch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+        metrics = grpo.train(
+            run,
+            num_generations=len(texts),
+            beta=0.04,
+            loss="dapo",
+            sampling=SAMPLING,
+            rewards=REWARDS,
+            judges=judges(),
+            reasoning=REASONING,
+            rollouts="hf",
+        )
+    assert metrics["global_step"] == 1 and len(seen["losses"]) == 1 and len(rollouts[0].outputs) == 1
+    saved = "adapter_model.safetensors" if weights == "lora" else "model.safetensors"
+    seen["weights"] = load_file(str(folder / "adapter" / saved))
+    seen["rewards"] = [entry["rewards/correct/mean"] for entry in metrics["log_history"] if "rewards/correct/mean" in entry]
+    seen["rollout"] = rollouts[0].outputs[0]
+    return seen
+
+
+def assert_same(first: dict, second: dict) -> None:
+    import torch
+
+    assert torch.equal(first["losses"][0], second["losses"][0]), (first["losses"], second["losses"])
+    assert first["gradients"].keys() == second["gradients"].keys()
+    for name, gradient in first["gradients"].items():
+        assert torch.equal(gradient, second["gradients"][name]), name
+    assert first["weights"].keys() == second["weights"].keys()
+    for name, weight in first["weights"].items():
+        assert torch.equal(weight, second["weights"][name]), name
+
+
+def differ(first: dict, second: dict) -> bool:
+    import torch
+
+    return (
+        not torch.equal(first["losses"][0], second["losses"][0])
+        and any(not torch.equal(gradient, second["gradients"][name]) for name, gradient in first["gradients"].items())
+        and any(not torch.equal(weight, second["weights"][name]) for name, weight in first["weights"].items())
+    )
+
+
+@pytest.mark.parametrize("weights", ["lora", "full"])
+def test_grpo_trains_on_none_of_a_tools_output(local_checkpoints, tmp_path, monkeypatch, weights):
+    """A group of two rollouts, one right (reward 1) and one wrong (0): the same loss, gradients and weights after
+    the step whatever the tools wrote, through the project's shared-prompt forward; without the mask, not."""
+    import torch
+
+    real = [transcript("37*84", "3108", "3108"), transcript("37*8", "296", "296")]
+    other = [transcript("37*84", "9999", "3108"), transcript("37*8", "111", "296")]
+
+    def step(name, texts, masked):
+        return grpo_step(local_checkpoints, weights, tmp_path, monkeypatch, name, texts, masked)
+
+    masked = step("real", real, masked=True)
+    assert masked["rewards"] == [0.5], "one right answer of two: the advantages are not 0"
+    # the policy's and the reference's log-probabilities came from the project's shared-prompt forward, never TRL's
+    assert masked["shared"] >= 2 and masked["trl_forward"] == 0
+    gradients = masked["gradients"]
+    assert gradients and all(("lora_" in name) == (weights == "lora") for name in gradients)
+    assert any(gradient.abs().sum() > 0 for gradient in gradients.values())
+    assert_same(masked, step("other", other, masked=True))
+
+    plain, plain_other = step("real-unmasked", real, masked=False), step("other-unmasked", other, masked=False)
+    assert differ(plain, plain_other)
+
+    # TRL took env_mask as its tool mask: the loss mask leaves out exactly each output block's tokens
+    inputs, plain_inputs = masked["inputs"][0], plain["inputs"][0]
+    loss_mask = inputs["completion_mask"] * inputs["tool_mask"]
+    assert torch.equal(plain_inputs["completion_mask"] * plain_inputs["tool_mask"], plain_inputs["completion_mask"])
+    for row in range(len(real)):
+        ids = inputs["completion_ids"][row][inputs["completion_mask"][row] == 1].tolist()
+        text = next(text for text in real if len(text) + 1 == len(ids))
+        start, end = output_span(text)
+        removed = (inputs["completion_mask"][row] - loss_mask[row]).nonzero().flatten().tolist()
+        assert removed == list(range(start, end))
