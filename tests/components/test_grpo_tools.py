@@ -256,3 +256,166 @@ def test_grpo_trains_on_none_of_a_tools_output(local_checkpoints, tmp_path, monk
         start, end = output_span(text)
         removed = (inputs["completion_mask"][row] - loss_mask[row]).nonzero().flatten().tolist()
         assert removed == list(range(start, end))
+
+
+# two transcripts the tool-calling model learns by heart: one call, and two calls (the second on the first's output)
+LEARNED = {
+    "12*3=": "<calc>12*3</calc><out>36</out>\\boxed{36}",
+    "7*8+1=": "<calc>7*8</calc><out>56</out><calc>56+1</calc><out>57</out>\\boxed{57}",
+}
+TOOLS = {"tool": "calculator", "tags": TAGS, "max_calls": 3, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def tool_caller(tmp_path_factory):
+    """The character-level tiny Llama after a quick SFT on ``LEARNED`` (the tools' outputs masked out of its loss,
+    as the bootstrap trains), saved as a checkpoint folder: at a low temperature it writes the calls by itself."""
+    from snakeskills.training.sft import train_on_examples
+    from snakeskills.training.tiny_model import bootstrap_example, build_char_tokenizer, build_tiny_llama
+
+    folder = tmp_path_factory.mktemp("tool-caller")
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=96)
+    examples = [
+        bootstrap_example(tokenizer(prompt)["input_ids"], completion, TOOLS) for prompt, completion in LEARNED.items()
+    ]
+    assert all(len(example["tool_output_spans"]) == completion.count("<out>") for example, completion in
+               zip(examples, LEARNED.values(), strict=True))
+    train_on_examples(
+        model,
+        tokenizer,
+        examples * 16,
+        output_dir=folder / "trainer",
+        run_identity={},
+        seed=0,
+        threads=1,
+        processes=1,
+        distributed="ddp",
+        training=training_section(num_epochs=20, learning_rate=3e-3, batch_size=8, max_length=96),
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def runs(mask: list[int]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` runs of 0 in ``mask``."""
+    found, start = [], None
+    for position, bit in enumerate([*mask, 1]):
+        if bit == 0 and start is None:
+            start = position
+        elif bit == 1 and start is not None:
+            found.append((start, position))
+            start = None
+    return found
+
+
+def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monkeypatch):
+    """A real GRPO step whose hf rollouts call the calculator (``grpo.train`` with ``tools``): each completion is
+    the model's tokens and the calculator's output blocks interleaved, ``env_mask`` 0 on exactly the blocks (the
+    transcript's ``tool_output_spans``), the blocks hold what the calculator returns for the model's calls, the
+    sampling log-probabilities are 0.0 there, and TRL's batch and rewards take all of it."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from snakeskills.tools.registry import ToolSettings, new_session
+    from snakeskills.training import rollouts
+
+    tokenizer = AutoTokenizer.from_pretrained(tool_caller)
+    problems = [
+        {"id": "p0", "problem": "12*3", "expected_answer": "36", "benchmark": "arithmetic"},
+        {"id": "p1", "problem": "7*8+1", "expected_answer": "57", "benchmark": "arithmetic"},
+    ]
+    write_jsonl(
+        tmp_path / "problems.jsonl",
+        [problem | {"prompt": [{"role": "user", "content": problem["problem"] + "="}]} for problem in problems],
+    )
+    run = RoundRun(
+        weights="lora",
+        base_model_path=str(tool_caller),
+        data_path=str(tmp_path / "problems.jsonl"),
+        output_dir=str(tmp_path / "adapter"),
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
+        training=training_section(num_epochs=1, learning_rate=1e-3, batch_size=8, max_length=96),
+        chat_template=False,
+        chat_template_kwargs={},
+        seed=0,
+        threads=1,
+        dtype="auto",
+        trust_remote_code=False,
+    )
+    recorded: dict[str, list] = {"rollouts": [], "inputs": []}
+    call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
+
+    def recording_call(self, prompts, trainer):
+        output = call(self, prompts, trainer)
+        recorded["rollouts"].append(output)
+        return output
+
+    def recording_loss(self, model, inputs):
+        recorded["inputs"].append(inputs)
+        return compute_loss(self, model, inputs)
+
+    monkeypatch.setattr(rollouts.BackendRollouts, "__call__", recording_call)
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+    rewards = {**REWARDS, "tool_calls": 0.1, "tool_seconds": -0.1}
+    sampling = {**SAMPLING, "temperature": 0.5}
+    metrics = grpo.train(
+        run,
+        num_generations=4,
+        beta=0.04,
+        loss="dapo",
+        sampling=sampling,
+        rewards=rewards,
+        judges=judges(),
+        reasoning=REASONING,
+        rollouts="hf",
+        tools=TOOLS,
+    )
+    assert metrics["global_step"] == 1 and len(recorded["rollouts"]) == 1
+    output = recorded["rollouts"][0]
+    calculator = new_session(ToolSettings("calculator"))
+    rows = len(output["completion_ids"])
+    assert rows == 8
+    for key in ("prompt_ids", "logprobs", "env_mask", "transcript", "tool_output_spans", "tool_calls"):
+        assert len(output[key]) == rows, key
+    for row in range(rows):
+        ids, mask, logprobs = output["completion_ids"][row], output["env_mask"][row], output["logprobs"][row]
+        text, spans = output["transcript"][row], output["tool_output_spans"][row]
+        assert len(mask) == len(logprobs) == len(ids) and set(mask) <= {0, 1}
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text, "the transcript is the completion's text"
+        assert output["tool_calls"][row] == len(spans) == len(runs(mask)) == text.count("<out>")
+        assert output["model_tokens"][row] == sum(mask) <= sampling["max_new_tokens"]
+        assert output["tool_seconds"][row] >= 0
+        assert all(value == 0.0 for value, bit in zip(logprobs, mask, strict=True) if not bit)
+        assert all(value <= 0.0 for value in logprobs)
+        model_end = 0
+        for (start, end), (span_start, span_end) in zip(runs(mask), spans, strict=True):
+            block = text[span_start:span_end]
+            # the zeros are exactly the block's tokens: the loop's output tags and what the calculator printed
+            assert tokenizer.decode(ids[start:end]) == block
+            assert block.startswith("<out>") and block.endswith("</out>")
+            # the model's tokens before it end with its call, whose output it is
+            written = tokenizer.decode(ids[model_end:start])
+            assert written.endswith("</calc>") and "<calc>" in written
+            expression = written[written.rindex("<calc>") + len("<calc>") : -len("</calc>")]
+            assert block == f"<out>{calculator.call(expression).output}</out>"
+            model_end = end
+        assert ids[-1] != tokenizer.eos_token_id or mask[-1] == 1, "the model's own EOS is in the loss"
+    # the model really called the calculator, once or twice as it learned
+    calls = output["tool_calls"]
+    assert sum(calls) >= rows and max(calls) >= 2, calls
+    assert any("\\boxed{57}" in text for text in output["transcript"])
+
+    # TRL took env_mask as its tool mask (rows shuffled, padded with 1 after the completion)
+    (inputs,) = recorded["inputs"]
+    masks = {tuple(ids): mask for ids, mask in zip(output["completion_ids"], output["env_mask"], strict=True)}
+    for ids, completion_mask, tool_mask in zip(
+        inputs["completion_ids"], inputs["completion_mask"], inputs["tool_mask"], strict=True
+    ):
+        length = int(completion_mask.sum())
+        assert tool_mask[:length].tolist() == masks[tuple(ids[:length].tolist())]
+    # the rewards read the rollouts' extras: the calls and the tool's time as they were
+    (logged,) = [entry for entry in metrics["log_history"] if "rewards/tool_calls/mean" in entry]
+    assert logged["rewards/tool_calls/mean"] == pytest.approx(sum(calls) / rows)
+    assert logged["rewards/tool_seconds/mean"] == pytest.approx(sum(output["tool_seconds"]) / rows, abs=1e-6)

@@ -391,3 +391,31 @@ def test_a_job_of_a_retrained_round_does_not_resume_the_old_weights_rows(tiny_ch
     assert generate(new, output) == {"rows": 12, "resumed_rows": 0, "generated_rows": 12}
     generate(new, new_rows)
     assert output.read_bytes() == new_rows.read_bytes() != old_rows.read_bytes()
+
+
+def test_a_tool_loops_later_turn_continues_the_assistants_text_within_its_own_budget(tiny_checkpoint, directory):
+    """A later turn of the tool loop reaches the server as the conversation, the transcript so far
+    (``assistant_prefix``) and the row's remaining budget (``max_new_tokens``): the server continues exactly the
+    token ids a direct load continues, and each row stops at its own budget."""
+    from snakeskills.prompts import encode_messages
+
+    direct = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=3, threads=1)
+    prefixes, budgets = ["1+1=<calc>", "", "27"], [3, 6, 5]
+    turns, direct_turns = [], []
+    for index, messages in enumerate(MESSAGES[:3]):
+        turns.append(
+            GenerationRequest(
+                seed=index, messages=messages, assistant_prefix=prefixes[index], max_new_tokens=budgets[index]
+            )
+        )
+        ids = encode_messages(list(messages), chat_template=False, chat_template_kwargs={}, tokenizer=direct.tokenizer)
+        ids += direct.tokenizer.encode(prefixes[index], add_special_tokens=False)
+        direct_turns.append(GenerationRequest(seed=index, prompt_token_ids=tuple(ids), max_new_tokens=budgets[index]))
+    server = shared(tiny_checkpoint, directory)
+    try:
+        served = server.generate(turns, SAMPLING)
+    finally:
+        server.close()
+    assert served == direct.generate(direct_turns, SAMPLING)
+    assert [result.num_generated_tokens <= budget for result, budget in zip(served, budgets, strict=True)] == [True] * 3
+    assert any(result.finish_reason == "length" and result.num_generated_tokens == 3 for result in served[:1])
