@@ -175,8 +175,8 @@ class OpenAIBackend:
             extra_body["chat_template_kwargs"] = self.chat_template_kwargs
         messages = list(request.messages or ())
         if request.assistant_prefix is not None:
-            # a tool loop's later turn: the server continues the assistant's unfinished reply (vLLM's and
-            # transformers serve's continue_final_message; a server without it answers a new turn instead)
+            # a tool loop's later turn: the server continues the assistant's unfinished reply (vLLM's
+            # continue_final_message; a server without it, e.g. transformers serve, answers a new turn instead)
             messages.append({"role": "assistant", "content": request.assistant_prefix})
             extra_body.update(continue_final_message=True, add_generation_prompt=False)
         if extra_body:

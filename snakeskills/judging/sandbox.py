@@ -43,7 +43,7 @@ NAMESPACES_HINT = (
     "or run the judge as root"
 )
 LAST_RESORT = (
-    "only on a node that is itself a throwaway container, judge.sandbox: none runs the programs without one (they "
+    "only on a node that is itself a throwaway container, {key}: none runs the programs without one (they "
     "can then read and change your files, read your secrets and reach the network)"
 )
 # Refusals of the kernel to make the namespaces a sandbox needs, as bubblewrap words them
@@ -182,7 +182,7 @@ def check_sandbox(kind: str, key: str = "judge.sandbox") -> None:
     """Stop when ``kind`` cannot run programs here, saying what failed and what to do."""
     problem = sandbox_problem(kind)
     if problem is not None:
-        raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}; {LAST_RESORT}")
+        raise SnakeskillsError(f"config key {key} is {kind!r}, but {problem}; {LAST_RESORT.format(key=key)}")
 
 
 # ---------------------------------------------------------------- the processes and memory of a whole run

@@ -99,6 +99,7 @@ def _check_tools(config: dict) -> None:
                     f"config key tools.tags: {name} {tag!r} holds the stop string of {where}: a turn would stop "
                     "before its call is closed; change the tag or the stop string"
                 )
+    _check_tags_are_text(config, tags)
     if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
         key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
         raise SnakeskillsError(
@@ -110,6 +111,28 @@ def _check_tools(config: dict) -> None:
             "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
             "the tool; give their template"
         )
+
+
+def _check_tags_are_text(config: dict, tags) -> None:
+    """The tags must reach the loop as text: a special token of the student's tokenizer (Llama 3's
+    ``<|python_tag|>``) is left out of the texts the backends decode, so its calls would never be seen. Checked where
+    the plan can read the tokenizer (a local checkpoint folder)."""
+    model = config["model"]
+    if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
+        return
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
+    special = set(tokenizer.all_special_tokens)
+    special |= {token.content for token in tokenizer.added_tokens_decoder.values() if token.special}
+    for name in ("code_begin", "code_end"):
+        found = sorted(token for token in special if token and token in getattr(tags, name))
+        if found:
+            raise SnakeskillsError(
+                f"config key tools.tags: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
+                f"{model['path']}'s tokenizer, which the backends leave out of the text they decode: the loop would "
+                "never see a call; use tags written in plain text (the markdown or openmath preset)"
+            )
 
 
 def check_tools_sandbox(config: dict) -> None:

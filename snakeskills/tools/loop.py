@@ -213,8 +213,13 @@ class ToolLoop:
         row.errors += outcome.error
         row.seconds += outcome.seconds
         if row.token_ids is not None:
-            # the ids of code_end came from the model (its stop string); the output block's are the tool's
-            tool_ids = self.backend.tokenizer.encode(block[len(tags.code_end) :], add_special_tokens=False)
+            # the ids of code_end came from the model (its stop string), the output block's are the tool's; a turn
+            # that ended with EOS inside its call leaves no EOS in the sequence: code_end is then the loop's too
+            appended = block[len(tags.code_end) :]
+            if row.token_ids and row.token_ids[-1] in getattr(self.backend, "eos_token_ids", ()):
+                del row.token_ids[-1], row.logprobs[-1], row.model_token[-1]
+                appended = block
+            tool_ids = self.backend.tokenizer.encode(appended, add_special_tokens=False)
             row.token_ids += tool_ids
             row.logprobs += [0.0] * len(tool_ids)
             row.model_token += [0] * len(tool_ids)

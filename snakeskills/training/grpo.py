@@ -265,7 +265,7 @@ def train(
     problems = list(iter_jsonl(run.data_path))
     if not problems:
         raise SnakeskillsError(f"{run.data_path}: no GRPO problems to train on")
-    terms = [term for term in REWARD_TERMS if rewards[term] != 0]
+    terms = [term for term in REWARD_TERMS if rewards.get(term, 0) != 0]
     if not terms:
         raise SnakeskillsError("grpo.rewards: every weight is 0, so every completion has the same reward")
 

@@ -1,17 +1,20 @@
 """GRPO with tools: the tokens a tool appended to a rollout never reach GRPO's loss, and the rollouts of the hf
 backend's tool loop hand TRL an ``env_mask`` that marks exactly those tokens.
 
-The masking test runs the project's GRPO trainer (``grpo.train``: ``TokenizedGRPOTrainer``, its shared-prompt
-forward, TRL 1.16's loss) on a tiny Llama without decoder layers, a bigram model: each position's prediction reads
-its own token only, so two rollouts that differ only inside a tool output block differ only in what the loss is
-taken on there. With ``env_mask`` 0 on the block, the loss, every gradient and the step's update are the same bit
-for bit; with ``env_mask`` all ones they differ.
+The masking test runs one real step of the project's GRPO trainer (``grpo.train``: ``TokenizedGRPOTrainer``, its
+shared-prompt forward ``group_forward.shared_prompt_logps``, TRL 1.16's loss) with fixed rollouts, on tiny Llamas
+whose every position's prediction reads its own token only (without decoder layers, or, for a LoRA, whose one
+layer's attention adds exactly 0): two rollouts that differ only inside a tool output block then differ only in
+what the loss is taken on there. With ``env_mask`` 0 on the block, the loss, every gradient and the weights after
+the step are the same bit for bit; with ``env_mask`` all ones they differ.
 
 The rollout test teaches the character-level tiny model two tool-integrated transcripts by heart (a quick SFT), so
 that its completions really call the calculator, and reads what ``BackendRollouts`` returns: model tokens and tool
 tokens interleaved, ``env_mask`` 0 on exactly the tool output blocks, and the extras the rewards read."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from conftest import training_section
@@ -81,9 +84,9 @@ class FixedRollouts:
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         tokenizer = trainer.processing_class
+        texts = [self.texts[index % len(self.texts)] for index in range(len(prompts))]
         completion_ids, env_mask, logprobs = [], [], []
-        for index in range(len(prompts)):
-            text = self.texts[index % len(self.texts)]
+        for text in texts:
             start, end = output_span(text)
             ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
             assert len(ids) == len(text) + 1, "one token a character"
@@ -91,7 +94,6 @@ class FixedRollouts:
             completion_ids.append(ids)
             env_mask.append(mask)
             logprobs.append([-1.0 if bit else 0.0 for bit in mask])
-        texts = [self.texts[index % len(self.texts)] for index in range(len(prompts))]
         output = {
             "prompt_ids": [list(self.prompt_token_ids[prompt]) for prompt in prompts],
             "completion_ids": completion_ids,
@@ -112,7 +114,7 @@ def grpo_step(checkpoints, weights, tmp_path, monkeypatch, name: str, texts: lis
     problem, its group of completions ``texts``. The trained weights are moved at random first, so that the policy
     differs from its reference (the adapter off, or the reference copy of the starting model) and the KL term
     counts. Returns the loss, the trained weights' gradients, the weights after the step, the batch as TRL built
-    it, and which forwards ran."""
+    it (``inputs``), the logged mean reward, and how often the project's shared-prompt forward and TRL's own ran."""
     import torch
     from safetensors.torch import load_file
     from transformers import TrainerCallback
@@ -195,8 +197,9 @@ def grpo_step(checkpoints, weights, tmp_path, monkeypatch, name: str, texts: lis
     assert metrics["global_step"] == 1 and len(seen["losses"]) == 1 and len(rollouts[0].outputs) == 1
     saved = "adapter_model.safetensors" if weights == "lora" else "model.safetensors"
     seen["weights"] = load_file(str(folder / "adapter" / saved))
-    seen["rewards"] = [entry["rewards/correct/mean"] for entry in metrics["log_history"] if "rewards/correct/mean" in entry]
-    seen["rollout"] = rollouts[0].outputs[0]
+    seen["rewards"] = [
+        entry["rewards/correct/mean"] for entry in metrics["log_history"] if "rewards/correct/mean" in entry
+    ]
     return seen
 
 
@@ -279,8 +282,10 @@ def tool_caller(tmp_path_factory):
     examples = [
         bootstrap_example(tokenizer(prompt)["input_ids"], completion, TOOLS) for prompt, completion in LEARNED.items()
     ]
-    assert all(len(example["tool_output_spans"]) == completion.count("<out>") for example, completion in
-               zip(examples, LEARNED.values(), strict=True))
+    assert all(
+        len(example["tool_output_spans"]) == completion.count("<out>")
+        for example, completion in zip(examples, LEARNED.values(), strict=True)
+    )
     train_on_examples(
         model,
         tokenizer,
@@ -419,3 +424,43 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     (logged,) = [entry for entry in metrics["log_history"] if "rewards/tool_calls/mean" in entry]
     assert logged["rewards/tool_calls/mean"] == pytest.approx(sum(calls) / rows)
     assert logged["rewards/tool_seconds/mean"] == pytest.approx(sum(output["tool_seconds"]) / rows, abs=1e-6)
+
+
+def test_rewards_read_the_rollouts_tool_extras():
+    """``JudgeRewards``' terms as TRL calls them with the tool rollouts' extras (one list per key, every term the
+    same lists): ``correct`` and ``answer_format`` judge the transcript after its last tool output (a tool output
+    that holds the right answer earns nothing), ``length`` counts the model's tokens, ``tool_calls`` and
+    ``tool_seconds`` are the rollouts' own; without the extras, the whole completion is judged."""
+    from snakeskills.training.grpo import JudgeRewards
+
+    right = transcript("37*84", "3108", "3108")
+    printed = "<calc>print('\\boxed{3108}')</calc><out>\\boxed{3108}</out>so it is 31"  # the tool's answer only
+    after_wrong = transcript("37*84", "3108", "3100")
+    texts = [right, printed, after_wrong]
+    extras = {
+        "transcript": texts,
+        "tool_output_spans": [[output_span(text)] for text in texts],
+        "tool_calls": [1, 2, 3],
+        "tool_seconds": [0.25, 0.0, 1.5],
+        "model_tokens": [24, 12, 6],
+    }
+    row = [json.dumps({"id": "p0", "problem": "37*84", "expected_answer": "3108", "benchmark": "arithmetic"})] * 3
+    completion_ids = [[0] * 40] * 3  # the tools' tokens too: length must not count them
+    rewards = JudgeRewards(judges(), REASONING, max_new_tokens=48, num_workers=1)
+    correct, answer_format, length, tool_calls, tool_seconds = rewards.functions()
+
+    def score(function, completions, **keywords):
+        return function(
+            prompts=[PROMPT] * 3, completions=completions, completion_ids=completion_ids, row=row, **keywords
+        )
+
+    assert score(correct, texts, **extras) == [1.0, 0.0, 0.0]
+    assert score(answer_format, texts, **extras) == [1.0, 0.0, 1.0]
+    assert score(length, texts, **extras) == [0.5, 0.25, 0.125]
+    assert score(tool_calls, texts, **extras) == [1.0, 2.0, 3.0]
+    assert score(tool_seconds, texts, **extras) == [0.25, 0.0, 1.5]
+    # the same texts without the extras (no tools): judged whole, the tool's printed answer counts
+    plain = JudgeRewards(judges(), REASONING, max_new_tokens=48, num_workers=1).functions()
+    assert score(plain[0], list(texts)) == [1.0, 1.0, 0.0]
+    assert score(plain[2], list(texts)) == [40 / 48] * 3
+    assert score(plain[3], list(texts)) == score(plain[4], list(texts)) == [0.0] * 3

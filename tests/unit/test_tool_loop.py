@@ -187,3 +187,41 @@ def test_a_resumed_job_equals_an_uninterrupted_one(tmp_path):
     counts = run(resumed, ScriptedBackend(SCRIPTS, batch_size=8))
     assert counts["resumed_rows"] == 2
     assert read_jsonl(resumed) == read_jsonl(whole)
+
+
+class TokenScriptedBackend:
+    """A token-id backend (as hf with ``keep_tokens``: GRPO's rollouts) whose first turn opens a call and ends with
+    EOS inside it (no ``code_end``), and whose second turn answers."""
+
+    takes = "token_ids"
+    batch_size = 4
+
+    def __init__(self):
+        from snakeskills.training.tiny_model import build_char_tokenizer
+
+        self.tokenizer = build_char_tokenizer()
+        self.eos_token_ids = {self.tokenizer.eos_token_id}
+
+    def generate(self, requests, sampling, on_results=None):
+        results = []
+        for request in requests:
+            text = "<calc>12*3" if len(request.prompt_token_ids) == 3 else "\\boxed{36}"
+            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+            results.append(
+                dataclasses.replace(_result(text, "stop"), token_ids=tuple(ids), logprobs=tuple([-0.5] * len(ids)))
+            )
+        return results
+
+
+def test_a_turn_ending_with_eos_inside_its_call_leaves_no_eos_in_the_token_ids():
+    backend = TokenScriptedBackend()
+    [result] = loop(backend).generate([GenerationRequest(seed=0, prompt_token_ids=(1, 5, 6))], SAMPLING)
+    assert result.generation == "<calc>12*3</calc><out>36</out>\\boxed{36}"
+    tokenizer = backend.tokenizer
+    assert tokenizer.decode(result.token_ids, skip_special_tokens=False) == result.generation + tokenizer.eos_token
+    # the model wrote neither the closing tag (it ended with EOS) nor the output: both are the loop's, masked
+    tool = [token for token, mine in zip(result.token_ids, result.model_token_mask, strict=True) if not mine]
+    assert tokenizer.decode(tool) == "</calc><out>36</out>"
+    assert all(
+        logprob == 0.0 for logprob, mine in zip(result.logprobs, result.model_token_mask, strict=True) if not mine
+    )
