@@ -549,3 +549,54 @@ def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_le
         training={**training, "max_length": max_length, **settings},
     )
     return [trainer.train_dataset[index] for index in range(len(trainer.train_dataset))], trainer
+
+
+# the tool-calling tiny model (``tool_caller``): the calculator in short tags, and two transcripts it learns by heart,
+# one call and two calls (the second on the first's output)
+TOOL_CALLER_TAGS = {
+    "code_begin": "<calc>",
+    "code_end": "</calc>",
+    "code_output_begin": "<out>",
+    "code_output_end": "</out>",
+}
+TOOL_CALLER_LEARNED = {
+    "12*3=": "<calc>12*3</calc><out>36</out>\\boxed{36}",
+    "7*8+1=": "<calc>7*8</calc><out>56</out><calc>56+1</calc><out>57</out>\\boxed{57}",
+}
+TOOL_CALLER_TOOLS = {"tool": "calculator", "tags": TOOL_CALLER_TAGS, "max_calls": 3, "workers": 2}
+
+
+@pytest.fixture(scope="session")
+def tool_caller(tmp_path_factory) -> Path:
+    """The character-level tiny Llama after a quick SFT on ``TOOL_CALLER_LEARNED`` (the tools' outputs masked out of
+    its loss, as the bootstrap trains), saved as a checkpoint folder: at a low temperature it writes the calls by
+    itself."""
+    from snakeskills.training.sft import train_on_examples
+    from snakeskills.training.tiny_model import bootstrap_example, build_char_tokenizer, build_tiny_llama
+
+    folder = tmp_path_factory.mktemp("tool-caller")
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=96)
+    examples = [
+        bootstrap_example(tokenizer(prompt)["input_ids"], completion, TOOL_CALLER_TOOLS)
+        for prompt, completion in TOOL_CALLER_LEARNED.items()
+    ]
+    assert all(
+        len(example["tool_output_spans"]) == completion.count("<out>")
+        for example, completion in zip(examples, TOOL_CALLER_LEARNED.values(), strict=True)
+    )
+    train_on_examples(
+        model,
+        tokenizer,
+        examples * 16,
+        output_dir=folder / "trainer",
+        run_identity={},
+        seed=0,
+        threads=1,
+        processes=1,
+        distributed="ddp",
+        training=training_section(num_epochs=20, learning_rate=3e-3, batch_size=8, max_length=96),
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -193,7 +193,11 @@ class ToolLoop:
 
     def _absorb(self, row: _Row, turn: GenerationResult) -> None:
         row.turns += 1
-        row.text += turn.generation
+        text = turn.generation
+        if turn.finish_reason == "stop" and text.endswith(self.use.tags.code_end):
+            # a server that keeps the stop string in its text (transformers serve): cut as the other backends cut
+            text = text[: -len(self.use.tags.code_end)]
+        row.text += text
         row.tokens += turn.num_generated_tokens
         if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
             row.token_ids = [*(row.token_ids or []), *turn.token_ids]

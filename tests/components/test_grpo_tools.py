@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import TOOL_CALLER_TOOLS as TOOLS
 from conftest import training_section
 
 from snakeskills.io import write_jsonl
@@ -24,7 +25,6 @@ from snakeskills.training import grpo
 from snakeskills.training import trainer as trainer_module
 from snakeskills.training.rounds import RoundRun
 
-TAGS = {"code_begin": "<calc>", "code_end": "</calc>", "code_output_begin": "<out>", "code_output_end": "</out>"}
 PROMPT = "37*84="
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 48}
 REWARDS = {"correct": 1.0, "answer_format": 0.0, "length": 0.0, "tool_calls": 0.0, "tool_seconds": 0.0}
@@ -259,48 +259,6 @@ def test_grpo_trains_on_none_of_a_tools_output(local_checkpoints, tmp_path, monk
         start, end = output_span(text)
         removed = (inputs["completion_mask"][row] - loss_mask[row]).nonzero().flatten().tolist()
         assert removed == list(range(start, end))
-
-
-# two transcripts the tool-calling model learns by heart: one call, and two calls (the second on the first's output)
-LEARNED = {
-    "12*3=": "<calc>12*3</calc><out>36</out>\\boxed{36}",
-    "7*8+1=": "<calc>7*8</calc><out>56</out><calc>56+1</calc><out>57</out>\\boxed{57}",
-}
-TOOLS = {"tool": "calculator", "tags": TAGS, "max_calls": 3, "workers": 2}
-
-
-@pytest.fixture(scope="module")
-def tool_caller(tmp_path_factory):
-    """The character-level tiny Llama after a quick SFT on ``LEARNED`` (the tools' outputs masked out of its loss,
-    as the bootstrap trains), saved as a checkpoint folder: at a low temperature it writes the calls by itself."""
-    from snakeskills.training.sft import train_on_examples
-    from snakeskills.training.tiny_model import bootstrap_example, build_char_tokenizer, build_tiny_llama
-
-    folder = tmp_path_factory.mktemp("tool-caller")
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=96)
-    examples = [
-        bootstrap_example(tokenizer(prompt)["input_ids"], completion, TOOLS) for prompt, completion in LEARNED.items()
-    ]
-    assert all(
-        len(example["tool_output_spans"]) == completion.count("<out>")
-        for example, completion in zip(examples, LEARNED.values(), strict=True)
-    )
-    train_on_examples(
-        model,
-        tokenizer,
-        examples * 16,
-        output_dir=folder / "trainer",
-        run_identity={},
-        seed=0,
-        threads=1,
-        processes=1,
-        distributed="ddp",
-        training=training_section(num_epochs=20, learning_rate=3e-3, batch_size=8, max_length=96),
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def runs(mask: list[int]) -> list[tuple[int, int]]:

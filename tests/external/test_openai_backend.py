@@ -12,7 +12,14 @@ import logging
 import threading
 
 import pytest
-from conftest import asked_model, hf_backend, openai_backend, resolved_prompt
+from conftest import (
+    TOOL_CALLER_LEARNED,
+    TOOL_CALLER_TOOLS,
+    asked_model,
+    hf_backend,
+    openai_backend,
+    resolved_prompt,
+)
 from servers import JsonHandler, TransformersServer
 
 from snakeskills.backends import SamplingParams
@@ -197,3 +204,37 @@ def test_llm_judge_through_the_openai_backend(server, tiny_checkpoint, tmp_path)
     out = read_jsonl(tmp_path / "out.jsonl")
     assert [row["id"] for row in out] == [row["id"] for row in rows]
     assert all(isinstance(row["judgement"], str) and isinstance(row["judge_correct"], bool) for row in out)
+
+
+@pytest.mark.parametrize("api", ["completions"])
+def test_the_tool_loop_runs_over_an_openai_server(tool_caller, tmp_path, api):
+    """The tool-calling tiny model served by `transformers serve`: each later turn goes back to the server as the
+    prompt plus the transcript so far, and every call the model writes is answered by the calculator."""
+    from snakeskills.backends.types import GenerationRequest
+    from snakeskills.tools.loop import ToolLoop, tool_use
+    from snakeskills.tools.registry import new_session, tools_settings
+
+    server = TransformersServer(tool_caller).start()
+    try:
+        backend = openai_backend(base_url=server.base_url, model=str(tool_caller), api=api, max_concurrency=4)
+        loop = ToolLoop(backend, tool_use(TOOL_CALLER_TOOLS))
+        prompts = list(TOOL_CALLER_LEARNED) * 3
+        requests = [GenerationRequest(seed=index, prompt=prompt) for index, prompt in enumerate(prompts)]
+        sampling = SamplingParams(temperature=0.3, top_p=1.0, top_k=0, max_new_tokens=48)
+        results = loop.generate(requests, sampling)
+    finally:
+        server.stop()
+    calculator = new_session(tools_settings({"tool": "calculator"}))
+    calls = 0
+    for result in results:
+        text = result.generation
+        for start, end in result.tools["tool_output_spans"]:
+            call = text[text.rindex("<calc>", 0, start) + len("<calc>") : start - len("</calc>")]
+            assert text[start:end] == f"<out>{calculator.call(call).output}</out>", text
+            calls += 1
+        assert result.tools["code_rounds_executed"] == len(result.tools["tool_output_spans"])
+    assert calls >= len(prompts), [result.generation for result in results]
+    learned = [
+        result.generation == TOOL_CALLER_LEARNED[prompt] for prompt, result in zip(prompts, results, strict=True)
+    ]
+    assert sum(learned) >= 3, [result.generation for result in results]
