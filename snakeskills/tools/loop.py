@@ -194,9 +194,8 @@ class ToolLoop:
     def _absorb(self, row: _Row, turn: GenerationResult) -> None:
         row.turns += 1
         text = turn.generation
-        if turn.finish_reason == "stop" and text.endswith(self.use.tags.code_end):
-            # a server that keeps the stop string in its text (transformers serve): cut as the other backends cut
-            text = text[: -len(self.use.tags.code_end)]
+        if turn.finish_reason == "stop":
+            text = self._closed_call(row.text, text)
         row.text += text
         row.tokens += turn.num_generated_tokens
         if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
@@ -205,6 +204,16 @@ class ToolLoop:
             row.model_token += [1] * len(turn.token_ids)
         else:
             row.token_ids = None
+
+    def _closed_call(self, before: str, text: str) -> str:
+        """A turn's text with the end of a call it closed cut off, as the backends cut the stop string ``code_end``:
+        a server that keeps the stop string in its text (transformers serve), and a call closed without the stop
+        string's last newline (```` ``` ```` and then EOS: the fence is not part of the code)."""
+        end = self.use.tags.code_end
+        for closing in dict.fromkeys((end, end.rstrip())):
+            if closing and text.endswith(closing) and pending_call(before + text[: -len(closing)], self.use.tags):
+                return text[: -len(closing)]
+        return text
 
     def _append_output(self, row: _Row, outcome) -> None:
         tags = self.use.tags

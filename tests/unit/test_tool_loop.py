@@ -225,3 +225,25 @@ def test_a_turn_ending_with_eos_inside_its_call_leaves_no_eos_in_the_token_ids()
     assert all(
         logprob == 0.0 for logprob, mine in zip(result.logprobs, result.model_token_mask, strict=True) if not mine
     )
+
+
+class FenceBackend:
+    """A model that closes its code block with a bare fence and ends (EOS), then answers."""
+
+    takes = "text"
+    batch_size = 4
+
+    def generate(self, requests, sampling, on_results=None):
+        first = "```output" not in requests[0].prompt
+        text = "```python\n6*7\n```" if first else "\\boxed{42}"
+        return [_result(text, "stop") for _ in requests]
+
+
+def test_a_call_closed_without_the_tags_last_newline_runs_without_its_fence():
+    """markdown's code_end is a fence and a newline; a model that closes the block and ends (EOS) leaves the fence
+    alone, which is not code: the call runs without it and the transcript holds the fence once."""
+    markdown = Tags("```python\n", "```\n", "```output\n", "```\n")
+    use = dataclasses.replace(loop(FenceBackend()).use, tags=markdown)
+    [result] = ToolLoop(FenceBackend(), use).generate([request("fence")], SAMPLING)
+    assert result.generation == "```python\n6*7\n```\n```output\n42\n```\n\\boxed{42}", result.generation
+    assert result.tools["code_rounds_executed"] == 1 and result.tools["tool_errors"] == 0
