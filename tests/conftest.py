@@ -56,7 +56,7 @@ SLOWEST_GROUPS_FIRST = (
     "test_real_model_loop",
     "test_synthesis_workflow",
     "default-run",
-    "test_tools",
+    "test_tool_workflow",
     "test_cpu_kernels",
     "test_slurm",
     "test_real_model",

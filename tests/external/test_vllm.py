@@ -109,7 +109,7 @@ def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
     other.chmod(0o755)
     generation = {"backend": "vllm", "vllm": {"python": str(other)}}
     settings = tmp_path / "settings.json"
-    keys = ("split", "model", "model_path", "adapter_path", "prompt", "allow_empty_chunk")
+    keys = ("split", "model", "model_path", "adapter_path", "prompt", "allow_empty_chunk", "tools")
     settings.write_text(json.dumps({**dict.fromkeys(keys), "generation": generation}))
     arguments = ["generate", "--settings", str(settings), "--threads", "1", "--gpus", "0"]
     arguments += ["--wildcards", "seed=0,chunk=0,num_chunks=1", "--output", "o.jsonl", "--log", "o.log"]

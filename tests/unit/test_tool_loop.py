@@ -1,7 +1,7 @@
 """The tool loop's protocol (``snakeskills.tools.loop``) over a scripted text backend: a model stand-in whose turns
 are fixed by the transcript so far, so each test knows the exact transcript. The calculator is the real one; the
 sandboxed tools' own containment and timeouts are tested in tests/external/test_tool_sandbox.py, and the loop with
-a real model in tests/workflow/test_tools.py."""
+a real model in tests/workflow/test_tool_workflow.py."""
 
 from __future__ import annotations
 

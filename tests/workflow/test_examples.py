@@ -36,10 +36,11 @@ def local_folders_for(config: dict, workdir, checkpoint) -> None:
 
 
 def asked_template(config: dict, benchmark: str) -> str:
-    """The template a benchmark's problems are asked with: its own (given, or its preset's), else the config's."""
+    """The template a benchmark's problems are asked with: its own (given, or its preset's), else the config's (None:
+    the config writes its prompt out, system and user)."""
     spec = config["benchmarks"][benchmark]
     own = {**(load_preset(spec["preset"]) if "preset" in spec else {}), **spec}.get("prompt", {})
-    return own.get("template") or config["prompt"]["template"]
+    return own.get("template") or config["prompt"].get("template")
 
 
 def planned_benchmarks(jobs) -> set[str]:
@@ -67,7 +68,11 @@ def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, ex
     process = run_snakemake(tmp_path, "--cores", "1", *settings_files, configfile=example)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     for benchmark, path in zip(config["benchmarks"], settings_files, strict=True):
-        template = load_template_file(template_path(asked_template(config, benchmark), "prompt.template"))
+        name = asked_template(config, benchmark)
+        if name is None:
+            template = {"user": config["prompt"]["user"], "system": config["prompt"].get("system")}
+        else:
+            template = load_template_file(template_path(name, "prompt.template"))
         prompt = json.loads((tmp_path / path).read_text())["prompt"]
         assert prompt["user"] == template["user"]
         assert prompt["system"] == template.get("system")

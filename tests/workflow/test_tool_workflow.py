@@ -31,15 +31,17 @@ def example_config(**top) -> dict:
     return config
 
 
-def run(workdir: Path, config: dict) -> Path:
-    process = run_snakemake(workdir, "--cores", "2", configfile=write_config(workdir / "config.yaml", config))
+def run(workdir: Path, config: dict, *targets: str) -> Path:
+    """The config's run (its ``targets`` only: the plots this module does not read are left out)."""
+    paths = [f"results/{config['experiment']}/{target}" for target in targets]  # as the rules name them
+    process = run_snakemake(workdir, "--cores", "2", *paths, configfile=write_config(workdir / "config.yaml", config))
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]
     return workdir / "results" / config["experiment"]
 
 
 @pytest.fixture(scope="module")
 def with_tools(tmp_path_factory) -> Path:
-    return run(tmp_path_factory.mktemp("tools"), example_config())
+    return run(tmp_path_factory.mktemp("tools"), example_config(), "eval/summary.json", "report/tool_use.png")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def without_tools(with_tools, tmp_path_factory) -> Path:
         tools=None,
         model={"name": "base", "build_tiny": False, "path": str(base)},
     )
-    return run(tmp_path_factory.mktemp("no-tools"), config)
+    return run(tmp_path_factory.mktemp("no-tools"), config, "eval/summary.json")
 
 
 def problems(results: Path, model: str) -> Path:
