@@ -415,17 +415,38 @@ def finished_run(tmp_path_factory) -> Path:
     return workdir
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """An untrained tiny Llama + character tokenizer saved as a local Hugging Face checkpoint folder."""
+def save_tiny_llama(folder: Path, *, num_layers: int, max_positions: int, silent_attention: bool = False) -> Path:
+    """An untrained tiny Llama (32 wide, seed 0) + character tokenizer saved as a checkpoint folder; with
+    ``silent_attention`` its attention's output projections are zero, so attention adds exactly 0 and every
+    position's prediction reads its own token only (as without decoder layers)."""
+    import torch
+
     from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
 
-    folder = tmp_path_factory.mktemp("tiny-checkpoint")
     tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=1, num_heads=2, seed=0, max_positions=32)
+    model = build_tiny_llama(
+        tokenizer, hidden_size=32, num_layers=num_layers, num_heads=2, seed=0, max_positions=max_positions
+    )
+    if silent_attention:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """An untrained tiny Llama + character tokenizer saved as a local Hugging Face checkpoint folder."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-checkpoint"), num_layers=1, max_positions=32)
+
+
+@pytest.fixture(scope="session")
+def bigram_checkpoint(tmp_path_factory) -> Path:
+    """A tiny Llama without decoder layers (a position's prediction reads its own token only) and the character
+    tokenizer, saved as a checkpoint folder."""
+    return save_tiny_llama(tmp_path_factory.mktemp("bigram-checkpoint"), num_layers=0, max_positions=64)
 
 
 # the end of a chat template that reads Qwen3's enable_thinking (the plan checks that the template reads each kwarg)

@@ -18,7 +18,7 @@ import json
 
 import pytest
 from conftest import TOOL_CALLER_TOOLS as TOOLS
-from conftest import training_section
+from conftest import save_tiny_llama, training_section
 
 from snakeskills.io import write_jsonl
 from snakeskills.training import grpo
@@ -51,26 +51,13 @@ REASONING = {"parse_reasoning": False, "end_reasoning_string": "</think>"}
 
 
 @pytest.fixture(scope="module")
-def local_checkpoints(tmp_path_factory) -> dict:
+def local_checkpoints(bigram_checkpoint, tmp_path_factory) -> dict:
     """Two tiny Llamas (character tokenizer) whose every position's prediction reads its own token only, saved as
     checkpoint folders: ``full``, without decoder layers (a bigram model); ``lora``, one decoder layer whose
     attention's output projection is zero (frozen under LoRA), so its attention adds exactly 0 and only its MLP,
     position by position, which the LoRA adapts, counts (the shared-prompt forward's cache has a real layer)."""
-    import torch
-
-    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
-
-    tokenizer = build_char_tokenizer()
-    folders = {}
-    for weights, layers in (("full", 0), ("lora", 1)):
-        folder = folders[weights] = tmp_path_factory.mktemp(f"local-{weights}")
-        model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=layers, num_heads=2, seed=0, max_positions=64)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.o_proj.weight.zero_()
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    return folders
+    lora = save_tiny_llama(tmp_path_factory.mktemp("local-lora"), num_layers=1, max_positions=64, silent_attention=True)
+    return {"full": bigram_checkpoint, "lora": lora}
 
 
 class FixedRollouts:

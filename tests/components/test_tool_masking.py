@@ -94,20 +94,6 @@ def test_a_reasoning_models_spans_mark_the_whole_transcript_it_trains_on():
         trained_spans({"generation": "\\boxed{3108}", "tool_output_spans": spans}, "row 3")
 
 
-@pytest.fixture(scope="module")
-def bigram_checkpoint(tmp_path_factory):
-    """A tiny Llama without decoder layers (a position's prediction reads its own token only) and the character
-    tokenizer, saved as a checkpoint folder."""
-    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
-
-    folder = tmp_path_factory.mktemp("bigram-checkpoint")
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=0, num_heads=2, seed=0, max_positions=64)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 class Scored(Exception):
     """Raised once the first batch is scored: the round stops there, before any step."""
 
