@@ -9,7 +9,7 @@ from snakemake.utils import min_version
 
 from snakeskills.data.specs import local_source_files, preparing_spec
 from snakeskills.backends.gpus import cluster_run, planning_for_gpu_nodes, started_executor
-from snakeskills.plan.checks import check_code_sandbox, check_config, check_devices, check_tools_sandbox
+from snakeskills.plan.checks import check_code_sandbox, check_config, check_devices
 from snakeskills.plan.config import prepare_config
 from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
@@ -32,7 +32,6 @@ EXECUTOR = started_executor()  # --executor, or the profile's (profiles/slurm: s
 GPU_NODES = planning_for_gpu_nodes(EXECUTOR)
 check_config(config, gpus_available=GPU_NODES)
 check_code_sandbox(config)
-check_tools_sandbox(config)
 check_model_paths(config)
 RESULTS = Path(config["results_dir"]) / config["experiment"]
 check_results_dir(RESULTS.absolute())

@@ -135,16 +135,6 @@ def _check_tags_are_text(config: dict, tags) -> None:
             )
 
 
-def check_tools_sandbox(config: dict) -> None:
-    """With a tool that runs code (Python, a user's function) in bubblewrap, the sandbox must start on the planning
-    node: stop before any generation runs."""
-    from snakeskills.judging.sandbox import check_sandbox
-
-    tools = config["tools"]
-    if tools is not None and tools["tool"] != "calculator" and tools["sandbox"] == "bwrap":
-        check_sandbox("bwrap", "tools.sandbox")
-
-
 def check_code_sandbox(config: dict) -> None:
     """With a code benchmark, the sandbox its programs run in (judge.sandbox) must start on the planning node:
     stop before any generation runs, not in the first judge job."""
