@@ -212,8 +212,8 @@ def training_judging(wildcards):
     if not PLAN.training_for(wildcards.model).method.judges_rewards:
         return {}
     judging = {"judges": grpo_judges(wildcards), "reasoning": student_reasoning(wildcards)}
-    if config["tools"] is not None:  # GRPO samples with the student's tool
-        judging["tools"] = config["tools"]
+    if PLAN.tools is not None:  # GRPO samples with the student's tools
+        judging["tools"] = PLAN.tools.training_section()
     return judging
 
 

@@ -27,6 +27,7 @@ rule eval:
         sections={method: config[method] for method in config["methods"]},
         warnings=config["warnings"],
         benchmark_judges={name: spec["judge"] for name, spec in config["benchmarks"].items()},
+        cost_references=PLAN.cost_references(),
     log:
         LOGS / "eval/summary.log",
     conda:

@@ -138,11 +138,12 @@ rule report_samples:
         "../scripts/report_samples.py"
 
 
-# with tools only (the plan's report_plots then lists tool_use)
+# with tools only (the plan's report_plots then lists tool_use, and accuracy_cost where a tool has a price)
 if config["tools"] is not None:
 
     localrules:
         plot_tool_use,
+        plot_accuracy_cost,
 
     rule plot_tool_use:
         input:
@@ -160,3 +161,20 @@ if config["tools"] is not None:
             "../envs/report.yaml"
         script:
             "../scripts/plot_tool_use.py"
+
+    rule plot_accuracy_cost:
+        input:
+            summary=LAYOUT.summary,
+        output:
+            plot=report(
+                LAYOUT.plot.format(plot="accuracy_cost"),
+                caption="../report/accuracy_cost.rst",
+                category="Evaluation",
+                labels={"plot": "accuracy against cost"},
+            ),
+        log:
+            LOGS / "report/accuracy_cost.log",
+        conda:
+            "../envs/report.yaml"
+        script:
+            "../scripts/plot_accuracy_cost.py"

@@ -35,5 +35,7 @@ with script_logging(snakemake.log[0]) as logger:
             if training_method(method).credited
         },
         benchmark_judges=snakemake.params.benchmark_judges,
+        # the models each model's accuracy and price are paired with, where samples had prices
+        cost_references=snakemake.params.cost_references,
     )
     logger.info("\n%s", table)

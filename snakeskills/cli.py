@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from snakeskills.generation.model_job import AskedModel
 
 GENERATION_SETTINGS_KEYS = (
-    *("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk", "tools"),
+    *("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk", "tools", "price"),
 )
 LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
 
@@ -110,6 +110,7 @@ def judging_model(arguments: argparse.Namespace) -> AskedModel:
 
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.generation.generate import generate_chunk
+    from snakeskills.tools.price import price_from_config
 
     with script_logging(arguments.log) as logger:
         settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
@@ -134,6 +135,7 @@ def run_generate(arguments: argparse.Namespace) -> None:
             num_chunks=int(arguments.wildcards["num_chunks"]),
             random_seed=int(arguments.wildcards["seed"]),
             allow_empty_chunk=settings["allow_empty_chunk"],
+            price=None if settings["price"] is None else price_from_config(settings["price"], "price"),
         )
         logger.info("generate done: %s", counts)
 

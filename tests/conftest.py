@@ -10,10 +10,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import functools
-import hashlib
-import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -482,71 +479,13 @@ def smollm2() -> Path:
 
 # A teacher must know the task better than the student. The stock SmolLM2-135M-Instruct solves 0-7 % of 2-digit
 # sums (any prompt tried), so the test teacher (tests/external/test_teacher.py) is SmolLM2 after a short supervised
-# fine-tune on labelled sums, in the chat format it is asked in (its own tokenizer and chat template, whose default
-# system message SmolLM2 adds): about 5 minutes on 2 cores, once per machine: cached beside the converted model,
-# keyed by this recipe, built under a lock (two pytest workers may ask at once). Trained on sums of two numbers from
-# 10 to 99 (operands), where its five samples at temperature 0.7 are right 87 % of the time and an answer all five
-# agree on 96 % (on 200 held-out sums); operands from 0 to 99 gave 76 % and 94 %, and unanimous wrong answers on
-# sums with a one-digit operand, which majority labels of synthesized problems (test_synthesis_workflow) inherit.
-TEACHER_RECIPE = {
-    "examples": 512,
-    "operands": [10, 99],
-    "seed": 7,
-    "training": {"num_epochs": 2, "learning_rate": 2e-4, "batch_size": 16, "max_length": 64},
-}
-
-
+# fine-tune on labelled sums (snakeskills.arithmetic_expert: about 5 minutes on 2 cores, once per machine,
+# cached beside the converted model, built under a lock: two pytest workers may ask at once).
 @pytest.fixture(scope="session")
 def arithmetic_teacher(smollm2) -> Path:
-    from snakeskills.io import write_jsonl
-    from snakeskills.models.pretrained import cache_directory
-    from snakeskills.training.rounds import RoundRun
-    from snakeskills.training.sft import train as train_sft
+    from snakeskills.arithmetic_expert import arithmetic_expert_folder
 
-    recipe = json.dumps(TEACHER_RECIPE, sort_keys=True)
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
-    folder = cache_directory() / "test-models" / f"smollm2-arithmetic-teacher-{digest}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if folder.is_dir():
-            return folder
-        rng = random.Random(TEACHER_RECIPE["seed"])
-        examples = []
-        for index in range(TEACHER_RECIPE["examples"]):
-            a, b = (rng.randint(*TEACHER_RECIPE["operands"]) for _ in range(2))
-            examples.append(
-                {
-                    "id": f"labelled-{index}",
-                    "messages": [
-                        {"role": "user", "content": f"{a}+{b}="},
-                        {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
-                    ],
-                }
-            )
-        staged = folder.parent / f".{folder.name}.staged"
-        shutil.rmtree(staged, ignore_errors=True)
-        data = folder.parent / f".{folder.name}.jsonl"
-        write_jsonl(data, examples)
-        train_sft(
-            RoundRun(
-                weights="full",
-                base_model_path=str(smollm2),
-                data_path=data,
-                output_dir=staged,
-                lora=None,
-                training=training_section(**TEACHER_RECIPE["training"]),
-                chat_template=True,
-                chat_template_kwargs={},
-                seed=0,
-                threads=os.cpu_count(),
-                dtype="auto",
-                trust_remote_code=False,
-            )
-        )
-        data.unlink()
-        staged.rename(folder)
-    return folder
+    return arithmetic_expert_folder()
 
 
 def sft_training_rows(model_path, examples: list[dict], workdir: Path, *, max_length: int, **settings):

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
@@ -406,7 +406,11 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
             sampling = SamplingParams(**{**message["sampling"], "stop": tuple(message["sampling"]["stop"])})
             with self.model_lock:
                 results = self.backend.generate(requests, sampling)
-            return {"results": [asdict(result) for result in results]}
+            counted = [
+                replace(result, num_prompt_tokens=len(request.prompt_token_ids))
+                for request, result in zip(requests, results, strict=True)
+            ]
+            return {"results": [asdict(result) for result in counted]}
         raise ValueError(f"unknown op {message['op']!r}")
 
     def serves_its_weights(self) -> bool:

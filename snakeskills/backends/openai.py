@@ -206,4 +206,5 @@ class OpenAIBackend:
             num_generated_tokens=tokens,
             finish_reason="length" if choice.finish_reason == "length" else "stop",
             reasoning_content=reasoning,
+            num_prompt_tokens=response.usage.prompt_tokens if response.usage is not None else None,
         )

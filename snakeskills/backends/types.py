@@ -29,6 +29,9 @@ class GenerationRequest:
     # tokens this row may still generate (None: the sampling's max_new_tokens)
     assistant_prefix: str | None = None
     max_new_tokens: int | None = None
+    # the call the tool loop makes before the model's first turn (tools.first_call, the always-ask baseline): the
+    # row's problem; backends never read it
+    forced_call: str | None = None
 
     def budget(self, sampling: SamplingParams) -> int:
         """The tokens this request may generate."""
@@ -52,6 +55,9 @@ class GenerationResult:
     tools: dict | None = None
     # per token of ``token_ids``: 1 where the model drew it, 0 where a tool's output was appended (tool loop)
     model_token_mask: tuple[int, ...] | None = None
+    # the tokens of the prompt the model read, where the backend counts them for the caller (the model server, which
+    # tokenizes the messages itself; an OpenAI server's usage): a priced model's input tokens (tools.models)
+    num_prompt_tokens: int | None = None
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:

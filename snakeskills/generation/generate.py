@@ -8,6 +8,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from snakeskills.backends import build_request
@@ -31,10 +32,12 @@ def chunk_bounds(num_rows: int, chunk_index: int, num_chunks: int, *, allow_empt
     return num_rows * chunk_index // num_chunks, num_rows * (chunk_index + 1) // num_chunks
 
 
-def generated_record(record: dict, fields: dict, result, random_seed: int) -> dict:
+def generated_record(record: dict, fields: dict, result, random_seed: int, price=None) -> dict:
     """NeMo-Skills' generation fields added to the input record: the text's ``fields`` (``result_fields``), the
     token count, finish reason and seed (``error`` only for a soft failure; ``reasoning_content`` where an
-    OpenAI-compatible server split the model's reasoning off)."""
+    OpenAI-compatible server split the model's reasoning off); with tools, what the tool loop recorded; for a
+    priced model answering on its own (``price``, a ``tools.price.Price``: a model tool evaluated alone), the
+    answer's ``cost``."""
     generated = {
         **record,
         **fields,
@@ -44,11 +47,23 @@ def generated_record(record: dict, fields: dict, result, random_seed: int) -> di
     }
     if result.tools is not None:  # tool-integrated generation: calls, timeouts, tool time, the outputs' spans
         generated.update(result.tools)
+    if price is not None:
+        generated["cost"] = round(answer_cost(price, result), 10)
     if result.reasoning_content is not None:
         generated["reasoning_content"] = result.reasoning_content
     if result.error is not None:
         generated["error"] = result.error
     return generated
+
+
+def answer_cost(price, result) -> float:
+    """What a priced model's answer costs: one call of it (``Price.cost``) on the prompt's and the answer's tokens."""
+    if result.num_prompt_tokens is None and price.per_input_token:
+        raise SnakeskillsError(
+            "a price per input token is set, but the backend did not say how many tokens the prompt had (an "
+            "OpenAI-compatible server that reports no usage)"
+        )
+    return price.cost(result.num_prompt_tokens or 0, result.num_generated_tokens)
 
 
 def generate_chunk(
@@ -60,11 +75,20 @@ def generate_chunk(
     num_chunks: int,
     random_seed: int,
     allow_empty_chunk: bool = False,
+    price=None,
 ) -> dict:
     """Generate the chunk with ``model`` (``model_job.ask_model_per_row``: resumed from the progress file if one
-    exists); returns counts. The prepared split is part of the fingerprint; the workflow's settings file
+    exists); returns counts. ``price``: the model's own, where it is priced (``generated_record``). The prepared
+    split is part of the fingerprint; the workflow's settings file
     (``model.fingerprint_files``) is rewritten whenever the model, adapter or split changes."""
     records = read_jsonl(prepared_path)
+    # the always-ask baseline (tools.first_call): the tool loop calls the tool with the problem before the model
+    forced = getattr(model.backend, "forces_first_call", False)
+
+    def request_for(record: dict):
+        request = build_request(model.backend, model.prompt, record, row_seed(random_seed, record["id"]))
+        return dataclasses.replace(request, forced_call=record["problem"]) if forced else request
+
     start, end = chunk_bounds(len(records), chunk_index, num_chunks, allow_empty=allow_empty_chunk)
     counts = ask_model_per_row(
         records[start:end],
@@ -74,9 +98,7 @@ def generate_chunk(
         settings={"chunk_index": chunk_index, "num_chunks": num_chunks, "random_seed": random_seed},
         key="generation",
         label=f"generate {Path(output_path).name}",
-        request_for=lambda record: build_request(
-            model.backend, model.prompt, record, row_seed(random_seed, record["id"])
-        ),
-        output_row=lambda record, fields, result: generated_record(record, fields, result, random_seed),
+        request_for=request_for,
+        output_row=lambda record, fields, result: generated_record(record, fields, result, random_seed, price),
     )
     return {"rows": counts["rows"], "resumed_rows": counts["resumed_rows"], "generated_rows": counts["processed_rows"]}

@@ -74,32 +74,43 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
 
 
 def _check_tools(config: dict) -> None:
-    """The tools section: a tool that exists (a user's imports), tags that no stop string cuts, a sampler that can
-    run the tool in GRPO, and the keys that need tools set only with them."""
+    """The tools section: tools that exist (a user's imports), tags that no stop string cuts and that tell the tools
+    apart, names and prices that fit (``tools.check_tools_plan``), a sampler that can run the tools in GRPO, and the
+    keys that need tools set only with them."""
     tools, grpo, tiny = config["tools"], config.get("grpo") or {}, config.get("tiny_model") or {}
-    priced = [term for term in ("tool_calls", "tool_seconds") if (grpo.get("rewards") or {}).get(term)]
+    rewards = grpo.get("rewards") or {}
+    priced = [term for term in ("tool_calls", "tool_seconds", "tool_cost", "tool_preference") if rewards.get(term)]
     if tools is None:
         if priced and "grpo" in config["methods"]:
-            raise SnakeskillsError(f"config key grpo.rewards.{priced[0]} prices tool use, but tools is null")
+            raise SnakeskillsError(f"config key grpo.rewards.{priced[0]} weighs tool use, but tools is null")
         if config["model"]["build_tiny"] and tiny.get("tool_share"):
             raise SnakeskillsError("config key tiny_model.tool_share: the bootstrap's tool calls need a tools section")
         return
+    from snakeskills.plan.tools import ToolsPlan, check_tools_plan
     from snakeskills.tools.protocol import tags_from_config
     from snakeskills.tools.registry import check_tool, tools_settings
 
-    tags = tags_from_config(tools["tags"], "tools.tags")
-    check_tool(tools_settings(tools), "tools.tool")
+    settings = tools_settings(tools)
+    plan = ToolsPlan(config)
+    check_tools_plan(config, plan, _run_model_names(config))
+    tags = {}
+    if tools["tool"] is not None:
+        check_tool(settings, "tools.tool")
+        tags["tools.tags"] = tags_from_config(tools["tags"], "tools.tags")
+    for name, model in plan.models.items():
+        tags[f"tools.models.{name}.tags"] = tags_from_config(model["tags"], f"tools.models.{name}.tags")
     stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
     stops.update({f"the prompt's stop {stop!r}": stop for stop in resolve_prompt(config["prompt"], "prompt")["stop"]})
-    for where, stop in stops.items():
-        for name in ("code_begin", "code_end"):
-            tag = getattr(tags, name)
-            if stop and stop in tag and stop != tag:
-                raise SnakeskillsError(
-                    f"config key tools.tags: {name} {tag!r} holds the stop string of {where}: a turn would stop "
-                    "before its call is closed; change the tag or the stop string"
-                )
-    _check_tags_are_text(config, tags)
+    for key, each in tags.items():
+        for where, stop in stops.items():
+            for name in ("code_begin", "code_end"):
+                tag = getattr(each, name)
+                if stop and stop in tag and stop != tag:
+                    raise SnakeskillsError(
+                        f"config key {key}: {name} {tag!r} holds the stop string of {where}: a turn would stop "
+                        "before its call is closed; change the tag or the stop string"
+                    )
+        _check_tags_are_text(config, each, key)
     if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
         key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
         raise SnakeskillsError(
@@ -113,7 +124,20 @@ def _check_tools(config: dict) -> None:
         )
 
 
-def _check_tags_are_text(config: dict, tags) -> None:
+def _run_model_names(config: dict) -> list[str]:
+    """The names of the run's models other than the tools': the student, its tuned rounds, the teacher."""
+    from snakeskills.training.methods import TRAINING_METHODS
+
+    names = [config["model"]["name"]]
+    names += [
+        TRAINING_METHODS[method].tuned_model_name(r)
+        for method in config["methods"]
+        for r in range(1, config["rounds"] + 1)
+    ]
+    return names + ([config["teacher"]["name"]] if config["teacher"] is not None else [])
+
+
+def _check_tags_are_text(config: dict, tags, key: str = "tools.tags") -> None:
     """The tags must reach the loop as text: a special token of the student's tokenizer (Llama 3's
     ``<|python_tag|>``) is left out of the texts the backends decode, so its calls would never be seen. Checked where
     the plan can read the tokenizer (a local checkpoint folder)."""
@@ -129,7 +153,7 @@ def _check_tags_are_text(config: dict, tags) -> None:
         found = sorted(token for token in special if token and token in getattr(tags, name))
         if found:
             raise SnakeskillsError(
-                f"config key tools.tags: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
+                f"config key {key}: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
                 f"{model['path']}'s tokenizer, which the backends leave out of the text they decode: the loop would "
                 "never see a call; use tags written in plain text (the markdown or openmath preset)"
             )
@@ -190,6 +214,8 @@ def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
         if checker is not None:
             checking = llm if checker == "judge" else teacher
             readers["synthesis.decontamination.llm_prompt"] = (synthesis["decontamination"]["llm_prompt"], checking)
+    for name, model in ((config["tools"] or {}).get("models") or {}).items():
+        readers[f"tools.models.{name}.prompt"] = (model["prompt"], model)
     return readers
 
 

@@ -13,6 +13,7 @@ from snakeskills.plan.layout import Layout, synthesis_split_part
 from snakeskills.plan.sections import benchmark_prompt, llm_judged
 from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
+from snakeskills.plan.tools import ToolsPlan
 from snakeskills.plan.training import TrainingPlan, without_save_timer
 from snakeskills.prompts import resolve_prompt
 from snakeskills.training.methods import LEGACY_SFT_ROUND, TRAINING_METHODS, training_method, tuned_model_parts
@@ -37,12 +38,18 @@ class Plan:
         self.trainings = {method: TrainingPlan(config, layout, method) for method in self.methods}
         self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
+        self.tools = ToolsPlan(config) if config["tools"] is not None else None
         own_writer = self.synthesis.own_writer if self.synthesis is not None else None
+        tool_models = self.tools.evaluated_models if self.tools is not None else []
         # models that are sampled but never trained, each from its own config section (model, generation, prompt)
-        self.served_models = [name for name in (self.teacher and self.teacher.name, own_writer) if name]
-        # the models compared on the eval split, in table order: the student before and after each round, the teacher
+        self.served_models = [name for name in (self.teacher and self.teacher.name, own_writer) if name] + tool_models
+        # the base student's eval-only variants (tools.baselines): it answers without tools, or calls a tool first
+        self.baseline_models = self.tools.baseline_models() if self.tools is not None else []
+        # the models compared on the eval split, in table order: the student before and after each round (its
+        # baselines after the base model), the teacher, the models as tools answering alone
         evaluated_teacher = self.teacher.name if self.teacher is not None and self.teacher.evaluated else None
-        self.eval_models = self.models + ([evaluated_teacher] if evaluated_teacher else [])
+        self.eval_models = [self.base_model, *self.baseline_models, *self.tuned_models]
+        self.eval_models += ([evaluated_teacher] if evaluated_teacher else []) + tool_models
         self.evaluated_teacher = evaluated_teacher
         # the plots of `snakemake --report`
         self.report_plots = [
@@ -54,8 +61,18 @@ class Plan:
             "training_curves",
         ] + (["synthesis_funnel"] if self.synthesis is not None else [])
         self.report_plots += ["tool_use"] if config["tools"] is not None else []
+        self.report_plots += ["accuracy_cost"] if self.cost_references() else []
 
     # ---- models and rounds
+
+    def cost_references(self) -> list[str]:
+        """The models the accuracy-against-cost comparison reads every model against (``ToolsPlan.cost_references``;
+        none without priced tools)."""
+        return self.tools.cost_references() if self.tools is not None else []
+
+    def student_model(self, model: str) -> str:
+        """The student model whose weights ``model`` generates with: the base model for its baselines."""
+        return self.base_model if model in self.baseline_models else model
 
     def parent_model(self, model: str) -> str:
         """The model ``model`` was trained after: the base model for a method's round 1, else the same method's
@@ -161,7 +178,7 @@ class Plan:
         tiny = self.config["tiny_model"]
         settings = {**tiny, "training": without_save_timer(tiny["training"])}
         if tiny["tool_share"] and self.config["tools"] is not None:  # a bootstrap that shows the tool protocol
-            return {**settings, "tools": self.config["tools"]}
+            return {**settings, "tools": self.tools.training_section()}
         # without: the keys a bootstrap without tools had, so that its results stand
         return {key: value for key, value in settings.items() if key not in ("tool_completion", "tool_share")}
 
@@ -185,6 +202,8 @@ class Plan:
             return self.teacher.section
         if self.synthesis is not None and model == self.synthesis.own_writer:
             return self.synthesis.own_writer_section()
+        if self.tools is not None and model in self.tools.evaluated_models:
+            return self.tools.model_section(model)
         return self.config
 
     def job_generation(self, model: str, split: str) -> dict:
@@ -212,6 +231,7 @@ class Plan:
         a served model's own (teacher.model.path, synthesis.model.path; none for an openai server)."""
         if model in self.served_models:
             return self.sampling_section(model)["model"]["path"]
+        model = self.student_model(model)
         if model != self.base_model and self.training_for(model).full:
             return self.training_for(model).tuned_checkpoint(model)
         return self.base_model_folder()
@@ -219,6 +239,7 @@ class Plan:
     def generation_adapter_path(self, model: str) -> str | None:
         """The LoRA adapter a tuned round generates with (sft.method lora); none for the base model, a served
         model, or full fine-tunes."""
+        model = self.student_model(model)
         if model == self.base_model or model in self.served_models:
             return None
         return self.training_for(model).tuned_adapter(model)
@@ -228,6 +249,7 @@ class Plan:
         (full); none for a served model (a local folder or a server)."""
         if model in self.served_models:
             return []
+        model = self.student_model(model)
         if model != self.base_model and self.training_for(model).full:
             return [self.training_for(model).tuned_checkpoint(model)]
         adapter = self.generation_adapter_path(model)
@@ -247,14 +269,16 @@ class Plan:
             "prompt": resolve_prompt(job["prompt"]),
             "allow_empty_chunk": synthesis_split_part(split) is not None,
             "tools": self.generation_tools(model, split),
+            "price": self.tools.price(model) if self.tools is not None else None,
         }
 
     def generation_tools(self, model: str, split: str) -> dict | None:
-        """The ``tools`` section a model's generation calls tools with: the student's and its tuned rounds' (a
-        teacher, a synthesis writer and the writing of new problems answer in one turn)."""
-        if model in self.served_models or synthesis_split_part(split) == "sources":
+        """The ``tools`` section a model's generation calls tools with (``ToolsPlan.job_section``): the student's,
+        its tuned rounds' and its baselines' (a teacher, a synthesis writer, a model tool answering alone and the
+        writing of new problems answer in one turn)."""
+        if self.tools is None or model in self.served_models or synthesis_split_part(split) == "sources":
             return None
-        return self.config["tools"]
+        return self.tools.job_section(model)
 
     def llm_judge_settings(self) -> dict | None:
         """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt (``None`` without

@@ -1,7 +1,8 @@
 """The eval rule's comparison of every model: the table of each model's headline metrics on the eval split, each tuned
 model's paired gain over the base model (``paired_bootstrap``), each model's tool use in a run with tools
-(``tool_metrics``), rounds of different methods compared (``method_comparison``), named metrics side by side, the
-training costs, the synthesis funnel and the run's warnings; written as eval/summary.json and eval/summary.txt."""
+(``tool_metrics``), each model's accuracy against its price in a run with prices (``cost_metrics``), rounds of
+different methods compared (``method_comparison``), named metrics side by side, the training costs, the synthesis
+funnel and the run's warnings; written as eval/summary.json and eval/summary.txt."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json, write_json, write_text
 from snakeskills.judging.extraction_routes import ROUTES_METRIC
+from snakeskills.results.cost_metrics import (
+    ACCURACY_COST,
+    accuracy_cost_table,
+    cost_blocks,
+    is_accuracy_cost_entry,
+    is_cost_block,
+)
 from snakeskills.results.method_comparison import PAIRED_GAIN_OVER, TRAINING_COST, compare_methods, format_costs
 from snakeskills.results.metrics import (
     FINISH_REASON_SHARES,
@@ -18,7 +26,7 @@ from snakeskills.results.metrics import (
     headline_modes,
 )
 from snakeskills.results.named_metrics import is_named_metric, metric_lines
-from snakeskills.results.paired_bootstrap import FLIPS_HEADER, PAIRED_GAIN
+from snakeskills.results.paired_bootstrap import FLIPS_HEADER, PAIRED_GAIN, compare_accuracy_cost
 from snakeskills.results.paired_bootstrap import compare as compare_paired
 from snakeskills.results.paired_bootstrap import describe as describe_paired
 from snakeskills.results.run_warnings import (
@@ -57,7 +65,8 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     """The eval table, then each model's gain over the base model (with its paired confidence interval and flips
     where the summary has them: ``paired.PAIRED_GAIN``); with a ``teacher`` in the summary, also the share of the
     teacher's lead over the base model that each tuned round closed. Where models called tools, their tool use
-    (``tool_metrics.tool_use_table``) follows, then the named metrics."""
+    (``tool_metrics.tool_use_table``) follows, where samples had prices each model's accuracy against its price
+    (``cost_metrics.accuracy_cost_table``), then the named metrics."""
     rows = comparison_rows(summary)
     lines = aligned_rows(rows, rule_under_header=True)
     gains = []
@@ -79,8 +88,9 @@ def format_comparison(summary: dict[str, dict], base_model: str, teacher: str | 
     if not any(cell.endswith(" judge") for cell in rows[0]):
         title = "symbolic_correct by model (eval split)"
     text = "\n".join([title, *lines, "", *gains]) + "\n"
-    tools = tool_use_table(summary)
-    return text + ("\n" + tools if tools else "") + format_named_comparison(summary)
+    tools, costs = tool_use_table(summary), accuracy_cost_table(summary)
+    text += ("\n" + tools if tools else "") + ("\n" + costs if costs else "")
+    return text + format_named_comparison(summary)
 
 
 def benchmark_entries(entries: dict) -> dict:
@@ -90,15 +100,20 @@ def benchmark_entries(entries: dict) -> dict:
 
 def format_named_comparison(summary: dict[str, dict]) -> str:
     """Each named metric (``"<benchmark>/<name>"``) as a table: one row per leaf of its value, one column per
-    model that has it; empty when no model has one. The paired gains, training costs and tool use have tables of
-    their own."""
+    model that has it; empty when no model has one. The paired gains, training costs, tool use and prices have
+    tables of their own."""
     keys = [
         key
         for key in dict.fromkeys(key for entries in summary.values() for key in entries if is_named_metric(key))
         if not key.endswith(f"/{PAIRED_GAIN}")
         and f"/{PAIRED_GAIN_OVER}/" not in key
         and key != TRAINING_COST
-        and not any(is_tool_block(key, entries[key]) for entries in summary.values() if key in entries)
+        and not any(
+            check(key, entries[key])
+            for entries in summary.values()
+            if key in entries
+            for check in (is_tool_block, is_cost_block, is_accuracy_cost_entry)
+        )
     ]
     blocks = []
     for key in keys:
@@ -130,6 +145,7 @@ def write_comparison(
     training_costs=None,
     training_data=None,
     benchmark_judges=None,
+    cost_references=(),
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
     tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
@@ -140,7 +156,9 @@ def write_comparison(
     (``sft_stats``: {round: its stats.json}; ``sections``: {training method: its config section}). With several
     training methods, ``method_pairs`` ((model, other) rounds of the same number) are compared paired as well
     (``method_comparison``), and ``training_costs`` ({model: cost}) are stored under ``"training/cost"`` and
-    tabled."""
+    tabled. Where samples had prices, each model's accuracy against its price, paired with each of
+    ``cost_references`` (models), is stored under ``"<benchmark>/accuracy_cost"`` and tabled
+    (``add_accuracy_cost``)."""
 
     summary: dict[str, dict] = {}
     problems = {}
@@ -162,6 +180,7 @@ def write_comparison(
         summary[model][f"{benchmark}/{PAIRED_GAIN}"] = entry
         flips += rows
     write_text(flips_path, "".join("\t".join(map(str, row)) + "\n" for row in flips))
+    add_accuracy_cost(summary, runs, problems, cost_references)
     benchmarks = list(dict.fromkeys(benchmark for _, benchmark in runs))
     method_lines = compare_methods(list(method_pairs), benchmarks, problems, summary)
     for model, cost in (training_costs or {}).items():
@@ -191,6 +210,42 @@ def write_comparison(
     if warnings_path is not None:  # the report shows them (results/samples.py)
         write_json(warnings_path, [line.removeprefix(WARNING) for line in warnings])
     return table
+
+
+def add_accuracy_cost(
+    summary: dict[str, dict], runs, problems: dict[tuple[str, str], str | Path], cost_references
+) -> None:
+    """On each benchmark where some model's samples had prices (a ``"<benchmark>/cost"`` block): each model's
+    headline pass@1 (``symbolic_correct``), its mean price per problem (the block's ``cost_per_sample``; 0 without a
+    block) and, against each model of ``cost_references`` other than itself, the paired difference of both
+    (``paired_bootstrap.compare_accuracy_cost``, over ``problems``: {(model, benchmark): problems.jsonl}), stored in
+    ``summary[model]`` under ``"<benchmark>/accuracy_cost"`` as ``{"accuracy", "cost_per_problem", "vs": {reference:
+    {"accuracy", "cost"}}}``. Nothing is stored where no samples had prices."""
+    priced = {benchmark for model, benchmark in runs if benchmark in cost_blocks(summary[model])}
+    for model, benchmark in runs:
+        if benchmark not in priced:
+            continue
+        key = f"{benchmark}/{ACCURACY_COST}"
+        if key in summary[model]:
+            raise SnakeskillsError(
+                f"config key metrics.{ACCURACY_COST} (or benchmarks.{benchmark}.metrics.{ACCURACY_COST}): the eval "
+                "writes each model's accuracy against its price under that name; rename the metric"
+            )
+        versus = {}
+        for reference in cost_references:
+            if reference == model:
+                continue
+            if (reference, benchmark) not in problems:
+                raise SnakeskillsError(
+                    f"accuracy against cost: reference model {reference!r} has no eval run on benchmark {benchmark!r}"
+                )
+            versus[reference] = compare_accuracy_cost(problems[reference, benchmark], problems[model, benchmark])
+        metrics, block = summary[model][benchmark], cost_blocks(summary[model]).get(benchmark)
+        summary[model][key] = {
+            "accuracy": metrics[headline_modes(metrics)[0]]["symbolic_correct"],
+            "cost_per_problem": 0.0 if block is None else block["cost_per_sample"],
+            "vs": versus,
+        }
 
 
 def gather_warnings(

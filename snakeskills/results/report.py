@@ -3,6 +3,9 @@
 Plain functions: each reads the pipeline's own files (``eval/summary.json``, judged seed files,
 ``sft/<round>/stats.json``) or the data loaded from them, and writes one PNG atomically. Figures are
 built without pyplot (no global state, no display needed), so they run in any worker process.
+
+Over 500 lines: one plot a function, all sharing the figure, colour and empty-panel helpers, so that every plot of a
+report draws a model in the same colour.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl, read_json
+from snakeskills.results.cost_metrics import accuracy_cost_points, format_price, pareto_frontier
 from snakeskills.results.named_metrics import is_named_metric
 from snakeskills.results.paired_bootstrap import PAIRED_GAIN
 from snakeskills.results.tool_metrics import tool_blocks
@@ -478,4 +482,51 @@ def plot_tool_use(summary: dict, output_path: str | Path) -> None:
         legend.update((label, handle) for handle, label in zip(*axis.get_legend_handles_labels(), strict=True))
     labels = [label for _, label in TOOL_USE_BARS if label in legend]
     figure.legend([legend[label] for label in labels], labels, loc="outside upper center", ncols=3, fontsize=8)
+    _save(figure, output_path)
+
+
+def plot_accuracy_cost(summary: dict, output_path: str | Path) -> None:
+    """Per benchmark, each model's pass@1 against its mean price per problem (``"<benchmark>/accuracy_cost"``, a run
+    with prices), one labelled point per model with its seed std as an error bar, and the Pareto frontier (the
+    models no other is both cheaper and more accurate than, ``cost_metrics.pareto_frontier``) as a step line."""
+    points = accuracy_cost_points(summary)
+    benchmarks = list(points) or [""]
+    figure, axes = _figure(len(benchmarks), panel_width=6.4, height=4.4)
+    if not points:
+        _empty(axes[0], "no prices recorded (a run without priced tools)")
+        _save(figure, output_path)
+        return
+    colors = _model_colors(list(summary))
+    for axis, benchmark in zip(axes, benchmarks, strict=True):
+        errors = {model: error for model, _, error in pass_at_1_points(summary, benchmark)}
+        for model, price, accuracy in points[benchmark]:
+            axis.errorbar(
+                [price], [accuracy], yerr=[errors.get(model, 0.0)], marker="o", capsize=4, color=colors[model]
+            )
+            axis.annotate(
+                f"{model}\n{format_price(price)}, {accuracy:.1f}%",
+                (price, accuracy),
+                textcoords="offset points",
+                xytext=(6, 4),
+                fontsize=7,
+                color=colors[model],
+            )
+        frontier = pareto_frontier(points[benchmark])
+        axis.step(
+            [price for _, price, _ in frontier],
+            [accuracy for _, _, accuracy in frontier],
+            where="post",
+            color="grey",
+            linestyle="--",
+            linewidth=1,
+            label="Pareto frontier",
+        )
+        highest = max(price for _, price, _ in points[benchmark])
+        axis.set_xlim(-0.05 * (highest or 1), 1.3 * (highest or 1))
+        axis.set_ylim(0, 105)
+        axis.set_xlabel("mean price per problem")
+        axis.set_ylabel(f"pass@1 {METRIC} (%)")
+        axis.set_title(f"{benchmark}: accuracy against price (eval split)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, loc="lower right")
     _save(figure, output_path)

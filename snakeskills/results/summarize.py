@@ -14,6 +14,7 @@ import polars as pl
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, write_json, write_jsonl, write_text
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, ROUTES_METRIC, format_routes, routes_summary
+from snakeskills.results.cost_metrics import COST, COST_METRIC, TOOL_CALL_LOG, cost_metrics, format_cost_metrics
 from snakeskills.results.metrics import (
     EXECUTION_ERROR,
     EXECUTION_STATUS,
@@ -107,20 +108,23 @@ def write_benchmark_summary(
     named = compute_named_metrics(benchmark, metric_specs, seed_paths)  # before any file: a failing metric writes none
     routes = _routes_entry(benchmark, seeds)
     tools = _tools_entry(benchmark, seed_paths)
+    costs, prices = _cost_entry(benchmark, seed_paths)
     for name, entry, written in (
         (ROUTES_METRIC, routes, "how the answers were found"),
         (TOOLS_METRIC, tools, "tool use"),
+        (COST_METRIC, costs, "the samples' prices"),
     ):
         if entry.keys() & named.keys():
             raise SnakeskillsError(
                 f"config key metrics.{name} (or benchmarks.{benchmark}.metrics.{name}): summarize writes {written} "
                 "under that name; rename the metric"
             )
-    write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct")))
+    write_jsonl(problems_path, problem_score_rows(ids, scores["symbolic_correct"], scores.get("judge_correct"), prices))
     table = format_table(benchmark, metrics[benchmark]) + "".join(format_routes(value) for value in routes.values())
     table += "".join(format_tool_metrics(value) for value in tools.values())
+    table += "".join(format_cost_metrics(value) for value in costs.values())
     table += "".join(format_metric(k, v) for k, v in named.items())
-    write_json(metrics_path, {**metrics, **named, **routes, **tools})
+    write_json(metrics_path, {**metrics, **named, **routes, **tools, **costs})
     write_text(table_path, table)
     return table
 
@@ -156,6 +160,41 @@ def _tool_rows(path: str | Path):
         return pl.read_ndjson(_polars_source(path), schema=schema).iter_rows(named=True)
     except Exception:  # a value polars does not read as its type: Python reads every row
         return ({field: row.get(field) for field in schema} for row in iter_jsonl(path))
+
+
+def _cost_entry(benchmark: str, seed_paths: list[str | Path]) -> tuple[dict[str, dict], np.ndarray | None]:
+    """(``{"<benchmark>/cost": cost_metrics}`` over every seed's samples, a (seeds, problems) matrix of the samples'
+    prices, 0 where a row has none) where the first row of a seed file has a price (``cost``: a run with priced
+    tools) and some row's is not null; ``({}, None)`` otherwise, without a file read again where no first row has
+    one."""
+    if not any(COST in (_first_row(path) or {}) for path in seed_paths):
+        return {}, None
+    seeds = [list(_cost_rows(path)) for path in seed_paths]
+    block = cost_metrics(row for seed in seeds for row in seed)
+    if block is None:
+        return {}, None
+    prices = np.array([[row[COST] or 0.0 for row in seed] for seed in seeds], dtype=np.float64)
+    return {f"{benchmark}/{COST_METRIC}": block}, prices
+
+
+def _cost_rows(path: str | Path):
+    """A judged file's price and tool calls (each call's tool and price), one dict per row (null where a row lacks
+    a field): read by polars, or row by row where polars rejects a value (a price that is not a number stops there,
+    naming the file and line)."""
+    calls = pl.List(pl.Struct({"tool": pl.String, COST: pl.Float64}))
+    schema = {COST: pl.Float64, TOOL_CALL_LOG: calls}
+    try:
+        return pl.read_ndjson(_polars_source(path), schema=schema).iter_rows(named=True)
+    except Exception:  # a value polars does not read as its type: Python reads every row
+        return list(_cost_rows_per_row(path))
+
+
+def _cost_rows_per_row(path: str | Path):
+    for line_number, row in enumerate(iter_jsonl(path), start=1):
+        price = row.get(COST)
+        if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)):
+            raise SnakeskillsError(f"{path}:{line_number}: judged row's {COST!r} is {price!r}, not a number")
+        yield {COST: price, TOOL_CALL_LOG: row.get(TOOL_CALL_LOG)}
 
 
 def _with_routes_alike(seeds: list[pl.DataFrame]) -> list[pl.DataFrame]:

@@ -22,19 +22,25 @@ backends the prompt plus the transcript; for messages backends the transcript as
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
-from snakeskills.tools.protocol import Tags, output_block, pending_call
+from snakeskills.errors import SnakeskillsError
+from snakeskills.tools.price import FREE, Price
+from snakeskills.tools.protocol import Tags, output_block, pending_call, pending_tool_call
 
 logger = logging.getLogger(__name__)
 
 
-# what a sample's record gains from the loop (NeMo-Skills' names where it has them: calls, timeouts, tool time)
+# what a sample's record gains from the loop (NeMo-Skills' names where it has them: calls, timeouts, tool time), then
+# each call in order (``tool_call_log``: tool, cost, tokens, seconds, failed, timed out) and, where a tool has a
+# price, the sample's cost (``cost``: the sum of its calls')
 RECORD_FIELDS = (
     "code_rounds_executed",
     "num_code_timeouts",
@@ -42,30 +48,83 @@ RECORD_FIELDS = (
     "tool_errors",
     "tool_call_over_limit",
     "tool_output_spans",
+    "tool_call_log",
 )
+COST_FIELD = "cost"
+
+
+@dataclass(frozen=True)
+class LoopTool:
+    """One tool as the loop calls it: its name (the record's and the rewards'), its tags, its price, and how a
+    sample's session of it starts (given the sample's seed)."""
+
+    name: str
+    tags: Tags
+    price: Price
+    start: Callable[[int], object]
 
 
 @dataclass(frozen=True)
 class ToolUse:
-    """How a model uses its tool: the tool's settings (``registry.ToolSettings``), the tags, the calls a sample may
-    make, and the calls that run at once."""
+    """How a model uses its tools: the program tool's settings (``registry.ToolSettings``; its ``tool`` None where
+    only models are tools) and tags, the models as tools (``models``: (``model_tool.ModelToolSettings``, tags,
+    price) each), the calls a sample may make (all tools together), the calls that run at once, the program tool's
+    price, and ``first_call``: a tool every sample calls first, with its problem as the call (the always-ask
+    baseline: ``GenerationRequest.forced_call`` holds the problem)."""
 
     settings: object
-    tags: Tags
+    tags: Tags | None
     max_calls: int
     workers: int
+    price: Price = FREE
+    models: tuple = ()
+    first_call: str | None = None
+
+    def tools(self) -> dict[str, LoopTool]:
+        """Every tool by name: the program tool first, then the models."""
+        from snakeskills.tools.model_tool import ModelToolSession
+        from snakeskills.tools.registry import new_session
+
+        settings = self.settings
+        tools = {}
+        if settings.tool is not None:
+            tools[settings.tool] = LoopTool(settings.tool, self.tags, self.price, lambda seed: new_session(settings))
+        for model, tags, price in self.models:
+            limits = dataclasses.replace(settings, tool=model.name)
+            tools[model.name] = LoopTool(model.name, tags, price, functools.partial(ModelToolSession, limits, model))
+        return tools
+
+    @property
+    def priced(self) -> bool:
+        """Whether a call costs anything: a tool with a price, or a model as a tool."""
+        return bool(self.models) or not self.price.free
 
 
-def tool_use(section: dict) -> ToolUse:
-    """The config's ``tools`` section (schema defaults filled) as the loop uses it."""
+def tool_use(section: dict, *, key: str = "tools") -> ToolUse:
+    """The tools section a job reads (the config's ``tools``, schema defaults filled, each model tool's section
+    resolved by the plan: ``model_path`` and a resolved prompt) as the loop uses it."""
+    from snakeskills.tools.model_tool import ModelToolSettings
+    from snakeskills.tools.price import price_from_config
     from snakeskills.tools.protocol import tags_from_config
     from snakeskills.tools.registry import tools_settings
 
+    models = tuple(
+        (
+            ModelToolSettings(name, model["model"], model["model_path"], model["prompt"], model["generation"]),
+            tags_from_config(model["tags"], f"{key}.models.{name}.tags"),
+            price_from_config(model["price"], f"{key}.models.{name}.price"),
+        )
+        for name, model in (section.get("models") or {}).items()
+    )
+    program = section.get("tool") is not None
     return ToolUse(
-        settings=tools_settings(section),
-        tags=tags_from_config(section["tags"]),
+        settings=tools_settings(section, key),
+        tags=tags_from_config(section["tags"], f"{key}.tags") if program else None,
         max_calls=section["max_calls"],
         workers=section["workers"],
+        price=price_from_config(section.get("price"), f"{key}.price"),
+        models=models,
+        first_call=section.get("first_call"),
     )
 
 
@@ -93,7 +152,9 @@ class _Row:
     errors: int = 0
     seconds: float = 0.0
     over_limit: bool = False
-    session: object = None
+    sessions: dict = field(default_factory=dict)  # tool name: this sample's session of it
+    log: list[dict] = field(default_factory=list)  # each call: tool, cost, tokens, seconds, failed, timed out
+    cost: float = 0.0
 
 
 class ToolLoop:
@@ -102,7 +163,14 @@ class ToolLoop:
 
     def __init__(self, backend, use: ToolUse):
         self.backend, self.use = backend, use
+        self.tools = use.tools()
+        self.tags = {name: tool.tags for name, tool in self.tools.items()}
         self.reports_steps = getattr(backend, "reports_steps", False)
+
+    @property
+    def forces_first_call(self) -> bool:
+        """Whether each request must carry its problem as ``forced_call`` (``ToolUse.first_call``)."""
+        return self.use.first_call is not None
 
     def __getattr__(self, name):  # takes, tokenizer, weights, model_path, ...: the backend's own
         return getattr(self.backend, name)
@@ -110,10 +178,8 @@ class ToolLoop:
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None
     ) -> list[GenerationResult]:
-        from snakeskills.tools.registry import new_session
-
-        tags = self.use.tags
-        sampling = dataclasses.replace(sampling, stop=tuple(dict.fromkeys([*sampling.stop, tags.code_end])))
+        ends = [tags.code_end for tags in self.tags.values()]
+        sampling = dataclasses.replace(sampling, stop=tuple(dict.fromkeys([*sampling.stop, *ends])))
         rows = [_Row(request) for request in requests]
         results: list[GenerationResult | None] = [None] * len(rows)
         ready = deque(range(len(rows)))
@@ -123,13 +189,24 @@ class ToolLoop:
 
         def finish(index: int, finish_reason: str, error: str | None = None) -> None:
             row = rows[index]
-            if row.session is not None:
-                row.session.close()
+            for session in row.sessions.values():
+                session.close()
             results[index] = self._result(row, finish_reason, error)
             if on_results is not None:
                 on_results([results[index]])
 
+        def submit(index: int, tool: str, call: str) -> None:
+            row = rows[index]
+            if tool not in row.sessions:
+                row.sessions[tool] = self.tools[tool].start(row.request.seed)
+            calls[pool.submit(row.sessions[tool].call, call)] = (index, tool)
+
         with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
+            if self.use.first_call is not None:  # the always-ask baseline: each sample's first turn is a call
+                ready.clear()
+                for index, row in enumerate(rows):
+                    self._force_call(row, self.use.first_call)
+                    submit(index, self.use.first_call, row.request.forced_call)
             while ready or calls:
                 if ready:
                     batch, turn_requests = [], []
@@ -147,30 +224,43 @@ class ToolLoop:
                     for index, turn in zip(batch, turns, strict=True):
                         row = rows[index]
                         self._absorb(row, turn)
-                        call = pending_call(row.text, tags) if turn.finish_reason == "stop" else None
+                        pending = self._pending(row) if turn.finish_reason == "stop" else None
                         if turn.finish_reason == "error":
                             finish(index, "error", turn.error)
-                        elif call is None:
+                        elif pending is None:
                             finish(index, turn.finish_reason)
                         elif row.calls >= self.use.max_calls:
                             row.over_limit = True
                             finish(index, "stop")
                         else:
-                            if row.session is None:
-                                row.session = new_session(self.use.settings)
-                            calls[pool.submit(row.session.call, call)] = index
+                            submit(index, *pending)
                 done = [future for future in calls if future.done()]
                 if not ready and not done and calls:
                     done = list(wait(calls, return_when=FIRST_COMPLETED).done)
                 for future in done:
-                    index = calls.pop(future)
+                    index, tool = calls.pop(future)
                     row = rows[index]
-                    self._append_output(row, future.result())
+                    self._append_output(row, tool, future.result())
                     if row.tokens >= sampling.max_new_tokens:
                         finish(index, "length")
                     else:
                         ready.append(index)
         return results
+
+    def _pending(self, row: _Row) -> tuple[str, str] | None:
+        """(tool, call) of the call the row's transcript ends with, read after its last tool output (an output may
+        hold another tool's tags)."""
+        after = row.spans[-1][1] if row.spans else 0
+        return pending_tool_call(row.text[after:], self.tags)
+
+    def _force_call(self, row: _Row, tool: str) -> None:
+        """Open the call ``tool`` of the row's problem (``forced_call``) as if the model had written it: the loop's
+        text, not the model's (its tokens are not the model's: the row's ids are the transcript's text encoded)."""
+        if row.request.forced_call is None:
+            raise SnakeskillsError(f"tools.first_call {tool!r}: a request has no problem to call the tool with")
+        row.text = self.tags[tool].code_begin + row.request.forced_call
+        row.token_ids = None
+        row.turns = 1
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
         request = row.request
@@ -209,14 +299,15 @@ class ToolLoop:
         """A turn's text with the end of a call it closed cut off, as the backends cut the stop string ``code_end``:
         a server that keeps the stop string in its text (transformers serve), and a call closed without the stop
         string's last newline (```` ``` ```` and then EOS: the fence is not part of the code)."""
-        end = self.use.tags.code_end
-        for closing in dict.fromkeys((end, end.rstrip())):
-            if closing and text.endswith(closing) and pending_call(before + text[: -len(closing)], self.use.tags):
-                return text[: -len(closing)]
+        for tags in self.tags.values():
+            for closing in dict.fromkeys((tags.code_end, tags.code_end.rstrip())):
+                if closing and text.endswith(closing) and pending_call(before + text[: -len(closing)], tags):
+                    return text[: -len(closing)]
         return text
 
-    def _append_output(self, row: _Row, outcome) -> None:
-        tags = self.use.tags
+    def _append_output(self, row: _Row, name: str, outcome) -> None:
+        tool = self.tools[name]
+        tags = tool.tags
         block = output_block(outcome.output, tags)
         start = len(row.text) + len(tags.code_end)
         row.text += block
@@ -225,6 +316,24 @@ class ToolLoop:
         row.timeouts += outcome.timeout
         row.errors += outcome.error
         row.seconds += outcome.seconds
+        if outcome.input_tokens is None and tool.price.per_input_token:
+            raise SnakeskillsError(
+                f"tools.models.{name}.price.per_input_token: the tool's backend did not say how many tokens its prompt "
+                "had (an OpenAI-compatible server that reports no usage), so the price of its calls cannot be counted"
+            )
+        cost = tool.price.cost(outcome.input_tokens or 0, outcome.output_tokens)
+        row.cost += cost
+        row.log.append(
+            {
+                "tool": name,
+                "cost": cost,
+                "input_tokens": outcome.input_tokens,
+                "output_tokens": outcome.output_tokens,
+                "seconds": round(outcome.seconds, 4),
+                "error": outcome.error,
+                "timeout": outcome.timeout,
+            }
+        )
         if row.token_ids is not None:
             # the ids of code_end came from the model (its stop string), the output block's are the tool's; a turn
             # that ended with EOS inside its call leaves no EOS in the sequence: code_end is then the loop's too
@@ -238,8 +347,10 @@ class ToolLoop:
             row.model_token += [0] * len(tool_ids)
 
     def _result(self, row: _Row, finish_reason: str, error: str | None) -> GenerationResult:
-        values = (row.calls, row.timeouts, round(row.seconds, 4), row.errors, row.over_limit, row.spans)
+        values = (row.calls, row.timeouts, round(row.seconds, 4), row.errors, row.over_limit, row.spans, row.log)
         stats = dict(zip(RECORD_FIELDS, values, strict=True))
+        if self.use.priced:
+            stats[COST_FIELD] = round(row.cost, 10)
         details = {}
         if row.token_ids is not None:
             details = {

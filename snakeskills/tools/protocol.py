@@ -65,6 +65,19 @@ def pending_call(text: str, tags: Tags) -> str | None:
     return body
 
 
+def pending_tool_call(text: str, tags_by_tool: dict[str, Tags]) -> tuple[str, str] | None:
+    """(tool, call) of the call a turn ended with among several tools, each with its own tags (``pending_call``);
+    where more than one tool's tags read as open, the one opened last. None: the turn made no call."""
+    found = None
+    for name, tags in tags_by_tool.items():
+        call = pending_call(text, tags)
+        if call is not None:
+            start = len(text) - len(call)
+            if found is None or start > found[0]:
+                found = (start, name, call)
+    return None if found is None else (found[1], found[2])
+
+
 def output_block(output: str, tags: Tags) -> str:
     """What the loop appends after a call: ``code_end`` (the backends cut it), then the output in its tags; in tags
     that open a block of lines (``code_output_begin`` ends with a newline: ```output), on lines of its own."""
@@ -88,6 +101,13 @@ def output_spans(text: str, tags: Tags) -> list[tuple[int, int]]:
         end = len(text) if end < 0 else end + len(tags.code_output_end)
         spans.append((start, end))
         position = end
+
+
+def tools_output_spans(text: str, tags: list[Tags]) -> list[tuple[int, int]]:
+    """``output_spans`` of a transcript whose tools have tags of their own (several tools): every tool's output
+    blocks, in order of position."""
+    spans = {span for each in dict.fromkeys(tags) for span in output_spans(text, each)}
+    return sorted(spans)
 
 
 def answer_text(generation: str, spans) -> str:

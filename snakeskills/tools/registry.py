@@ -64,13 +64,15 @@ TOOL_DESCRIPTIONS = {name: tool.description for name, tool in TOOLS.items()}
 def tools_settings(section: dict, key: str = "tools") -> ToolSettings:
     """The settings of the config section ``section`` (found at config ``key``): a value of the wrong kind names its
     key; a key left out takes ``ToolSettings``' default (the schema's). Keys the tools do not read (the tags, the
-    loop's own) are left to their readers."""
-    if not isinstance(section.get("tool"), str) or not section["tool"]:
+    loop's own, the models as tools) are left to their readers. The limits hold for every tool (a model tool's
+    output is cut to ``max_output_characters`` too); ``tool`` is None where only models are tools."""
+    tool = section.get("tool")
+    if not (tool is None and section.get("models")) and (not isinstance(tool, str) or not tool):
         raise SnakeskillsError(
-            f"config key {key}.tool: a tool's name ({', '.join(TOOLS)}, or your own as module:function) is needed, "
-            f"not {section.get('tool')!r}"
+            f"config key {key}.tool: a tool's name ({', '.join(TOOLS)}, or your own as module:function) is needed "
+            f"(or null where {key}.models names the tools), not {tool!r}"
         )
-    defaults = ToolSettings(section["tool"])
+    defaults = ToolSettings(tool)
     characters = section.get("max_output_characters", defaults.max_output_characters)
     if isinstance(characters, bool) or not isinstance(characters, int) or characters < 1:
         raise SnakeskillsError(f"config key {key}.max_output_characters: a whole number from 1, not {characters!r}")
@@ -83,7 +85,7 @@ def tools_settings(section: dict, key: str = "tools") -> ToolSettings:
     sandbox = section.get("sandbox", defaults.sandbox)
     if sandbox not in SANDBOXES:
         raise SnakeskillsError(f"config key {key}.sandbox: one of {', '.join(SANDBOXES)}, not {sandbox!r}")
-    return ToolSettings(section["tool"], characters, float(seconds), memory, sandbox)
+    return ToolSettings(tool, characters, float(seconds), memory, sandbox)
 
 
 def new_session(settings: ToolSettings, key: str = "tools.tool") -> ToolSession:

@@ -14,7 +14,7 @@ class ToolSettings:
     name or a user's ``module:function``), how much of a call's output the model sees, and the limits and sandbox
     of a sandboxed call (the Python tool and a user's function; the calculator needs none)."""
 
-    tool: str
+    tool: str | None
     max_output_characters: int = 1000  # NeMo-Skills' max_code_output_characters
     timeout_seconds: float = 10.0
     memory_limit_mb: int | None = 1024
@@ -32,6 +32,9 @@ class ToolResult:
     error: bool
     timeout: bool
     seconds: float
+    # a model tool's tokens: of the prompt it read (None where its backend does not say) and of its answer
+    input_tokens: int | None = 0
+    output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Ran:
     output: str
     error: bool = False
     timeout: bool = False
+    input_tokens: int | None = 0
+    output_tokens: int = 0
 
 
 def cut_output(output: str, max_characters: int) -> str:
@@ -74,7 +79,8 @@ class ToolSession(abc.ABC):
         started = time.monotonic()
         ran = self.run(text)
         output = cut_output(ran.output, self.settings.max_output_characters)
-        return ToolResult(output, ran.error, ran.timeout, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        return ToolResult(output, ran.error, ran.timeout, seconds, ran.input_tokens, ran.output_tokens)
 
     @abc.abstractmethod
     def run(self, text: str) -> Ran:

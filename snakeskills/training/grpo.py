@@ -25,7 +25,9 @@ from snakeskills.training.trainer import check_batch_divides, completion_positio
 logger = logging.getLogger(__name__)
 
 # the reward terms, in the order their weights are given to the trainer (grpo.rewards)
-REWARD_TERMS = ("correct", "answer_format", "length", "tool_calls", "tool_seconds")
+REWARD_TERMS = ("correct", "answer_format", "length", "tool_calls", "tool_seconds", "tool_cost", "tool_preference")
+# the terms whose config value is a table of weights by tool, not one weight: the trainer weighs them by 1
+TOOL_TABLE_TERMS = ("tool_preference",)
 
 
 class JudgeRewards:
@@ -34,8 +36,16 @@ class JudgeRewards:
     tokens as a share of ``max_new_tokens``). ``judges``: each benchmark's judge section; ``reasoning``: the
     student's parse_reasoning settings (the judge reads the answer after the thinking, as for generated samples)."""
 
-    def __init__(self, judges: dict[str, dict], reasoning: dict, max_new_tokens: int, num_workers: int):
+    def __init__(
+        self,
+        judges: dict[str, dict],
+        reasoning: dict,
+        max_new_tokens: int,
+        num_workers: int,
+        tool_preference: dict[str, float] | None = None,
+    ):
         self.judges, self.reasoning = judges, reasoning
+        self.tool_preference = tool_preference or {}
         self.max_new_tokens, self.num_workers = max_new_tokens, num_workers
         # the last batch's completions (held, so that no other list can take their identity) and verdicts
         self._batch: tuple[list[str], list[dict]] | None = None
@@ -93,7 +103,15 @@ class JudgeRewards:
         def tool_seconds(prompts, completions, completion_ids, row, tool_seconds=None, **_):
             return [float(time) for time in tool_seconds] if tool_seconds is not None else [0.0] * len(completions)
 
-        return [correct, answer_format, length, tool_calls, tool_seconds]
+        def tool_cost(prompts, completions, completion_ids, row, tool_cost=None, **_):
+            return [float(cost) for cost in tool_cost] if tool_cost is not None else [0.0] * len(completions)
+
+        def tool_preference(prompts, completions, completion_ids, row, tool_call_log=None, **_):
+            if tool_call_log is None:
+                return [0.0] * len(completions)
+            return [sum(self.tool_preference.get(call["tool"], 0.0) for call in log) for log in tool_call_log]
+
+        return [correct, answer_format, length, tool_calls, tool_seconds, tool_cost, tool_preference]
 
 
 def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict):
@@ -265,7 +283,7 @@ def train(
     problems = list(iter_jsonl(run.data_path))
     if not problems:
         raise SnakeskillsError(f"{run.data_path}: no GRPO problems to train on")
-    terms = [term for term in REWARD_TERMS if rewards.get(term, 0) != 0]
+    terms = [term for term in REWARD_TERMS if rewards.get(term) and any(reward_weights(rewards, term))]
     if not terms:
         raise SnakeskillsError("grpo.rewards: every weight is 0, so every completion has the same reward")
 
@@ -285,7 +303,7 @@ def train(
             "top_k": sampling["top_k"],
             "beta": beta,
             "loss_type": loss,
-            "reward_weights": [float(rewards[term]) for term in terms],
+            "reward_weights": [reward_weight(rewards, term) for term in terms],
             "steps_per_generation": steps_per_generation,
             "num_iterations": num_iterations,
         }
@@ -299,7 +317,13 @@ def train(
         resume_from = run.claim_checkpoints(arguments, hyperparameters, rows)
         # the judge logs a line per batch it judges; here that is every step, which the step lines already summarize
         logging.getLogger("snakeskills.judging.judge").setLevel(logging.WARNING)
-        reward = JudgeRewards(judges, reasoning, sampling["max_new_tokens"], num_workers=max(1, run.threads))
+        reward = JudgeRewards(
+            judges,
+            reasoning,
+            sampling["max_new_tokens"],
+            num_workers=max(1, run.threads),
+            tool_preference=rewards.get("tool_preference"),
+        )
         functions = dict(zip(REWARD_TERMS, reward.functions(), strict=True))
         trainer_class = grpo_trainer_class()
         trainer_class.prompt_token_ids = prompt_ids
@@ -320,6 +344,18 @@ def train(
         return trainer, resume_from, len(rows)
 
     return run_round(run, "grpo", build)
+
+
+def reward_weights(rewards: dict, term: str) -> list[float]:
+    """The weights a term's config value holds: its one weight, or a table's (``TOOL_TABLE_TERMS``) by tool."""
+    if term in TOOL_TABLE_TERMS:
+        return [float(weight) for weight in (rewards.get(term) or {}).values()]
+    return [float(rewards.get(term) or 0)]
+
+
+def reward_weight(rewards: dict, term: str) -> float:
+    """The trainer's weight of a term: its config value, or 1 for a table by tool (whose weights the term holds)."""
+    return 1.0 if term in TOOL_TABLE_TERMS else float(rewards[term])
 
 
 def sampling_cycle(arguments) -> int:

@@ -150,4 +150,6 @@ class BackendRollouts:
             output["tool_output_spans"] = [result.tools["tool_output_spans"] for result in results]
             output["tool_calls"] = [result.tools["code_rounds_executed"] for result in results]
             output["tool_seconds"] = [result.tools["code_execution_time"] for result in results]
+            output["tool_cost"] = [result.tools.get("cost", 0.0) for result in results]
+            output["tool_call_log"] = [result.tools["tool_call_log"] for result in results]
         return output

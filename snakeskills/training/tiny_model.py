@@ -115,7 +115,7 @@ def build_and_bootstrap(
     check_every_steps: int,
     seed: int,
     threads: int,
-    tool_completion: str | None = None,
+    tool_completion: str | list[str] | None = None,
     tool_share: float = 0.0,
     tools: dict | None = None,
 ) -> dict:
@@ -126,8 +126,9 @@ def build_and_bootstrap(
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
 
     With ``tools`` (the config's section) a share ``tool_share`` of the bootstrap problems, chosen by ``seed``, is
-    answered by ``tool_completion`` (a call, the tool's output in its tags, the answer), with the output masked out
-    of the loss; the validation then answers with the tool (greedy, ``tools.loop``).
+    answered by ``tool_completion`` (a call, the tool's output in its tags, the answer; a list of templates, one per
+    tool: taken in turn), with the output masked out of the loss; the validation then answers with the tools
+    (greedy, ``tools.loop``).
     """
     from snakeskills.io import write_json
     from snakeskills.prompts import fill_template, model_input_ids
@@ -141,10 +142,13 @@ def build_and_bootstrap(
     num_parameters = sum(parameter.numel() for parameter in model.parameters())
     logger.info("built tiny Llama with %d parameters, vocabulary %d", num_parameters, len(tokenizer))
     calling = tool_calling_rows(len(bootstrap_records), tool_share if tools and tool_completion else 0.0, seed)
+    templates = [tool_completion] if isinstance(tool_completion, str) else list(tool_completion or [])
+    # several templates (one per tool): the calling rows take them in turn
+    chosen = {index: templates[turn % len(templates)] for turn, index in enumerate(sorted(calling))}
     examples = [
         bootstrap_example(
             model_input_ids(prompt_config, record, tokenizer),
-            fill_template(tool_completion if index in calling else completion_template, record),
+            fill_template(chosen.get(index, completion_template), record),
             tools if index in calling else None,
         )
         for index, record in enumerate(bootstrap_records)
@@ -243,9 +247,10 @@ def bootstrap_example(prompt_ids: list[int], completion: str, tools: dict | None
     """One bootstrap example; a completion with a tool call carries its tool outputs' spans (masked in the loss)."""
     example = {"prompt_ids": prompt_ids, "completion": completion}
     if tools is not None:
-        from snakeskills.tools.protocol import output_spans, tags_from_config
+        from snakeskills.tools.loop import tool_use
+        from snakeskills.tools.protocol import tools_output_spans
 
-        spans = output_spans(completion, tags_from_config(tools["tags"]))
+        spans = tools_output_spans(completion, [tool.tags for tool in tool_use(tools).tools().values()])
         if spans:
             example["tool_output_spans"] = [list(span) for span in spans]
     return example

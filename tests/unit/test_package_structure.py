@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "snakeskills"
 # top-level helpers, errors, io, job, ..., sit under all of them; plan/ is the planner above every stage)
 LAYERS = ("models", "backends", "generation", "judging", "tools", "data", "training", "synthesis", "results", "plan")
 # top-level modules that are entry points over the stages (they may import any stage; no stage imports them)
-ENTRY_POINTS = {"cli"}
+ENTRY_POINTS = {"cli", "arithmetic_expert"}
 
 
 def module_name(path: Path) -> str:

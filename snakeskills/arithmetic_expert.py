@@ -1,0 +1,122 @@
+"""An expert at 2-digit sums, built once per machine: SmolLM2-135M-Instruct (``pretrained``) after a short supervised
+fine-tune on labelled sums, in the chat format it is asked in. The stock model solves 0-7 % of 2-digit sums; this one
+is right on 87 % of its samples at temperature 0.7 on sums of two numbers from 10 to 99 (76 % from 0 to 99), and
+answers ``\\boxed{<sum>}``. It is the test suite's teacher and the expert of the models-as-tools example
+(``config/examples/tiny-addition-expert-orchestrator.yaml``).
+
+About 5 minutes on 2 cores, once: cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the
+recipe, built under a lock and renamed into place when complete::
+
+    python3 -m snakeskills.arithmetic_expert --link models/smollm2-arithmetic-expert
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+from pathlib import Path
+
+from snakeskills.errors import SnakeskillsError
+
+# sums of two numbers from 10 to 99: operands from 0 gave 76 % and unanimous wrong answers on sums with a one-digit
+# operand (which majority labels then inherit)
+RECIPE = {
+    "examples": 512,
+    "operands": [10, 99],
+    "seed": 7,
+    "training": {"num_epochs": 2, "learning_rate": 2e-4, "batch_size": 16, "max_length": 64},
+}
+
+
+def arithmetic_expert_folder(*, cache: str | Path | None = None) -> Path:
+    """The expert's checkpoint folder, built first if this machine has none."""
+    from snakeskills.models.pretrained import cache_directory, packaged_model_folder
+
+    base = packaged_model_folder("smollm2-135m-instruct", cache=cache)
+    recipe = json.dumps(RECIPE, sort_keys=True)
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+    root = Path(cache) if cache is not None else cache_directory()
+    folder = root / "test-models" / f"smollm2-arithmetic-teacher-{digest}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.is_dir():
+            _build(base, folder)
+    return folder
+
+
+def _build(base: Path, folder: Path) -> None:
+    from snakeskills.io import write_jsonl
+    from snakeskills.plan.config import default_config
+    from snakeskills.training.rounds import RoundRun
+    from snakeskills.training.sft import train as train_sft
+
+    rng = random.Random(RECIPE["seed"])
+    examples = []
+    for index in range(RECIPE["examples"]):
+        a, b = (rng.randint(*RECIPE["operands"]) for _ in range(2))
+        examples.append(
+            {
+                "id": f"labelled-{index}",
+                "messages": [
+                    {"role": "user", "content": f"{a}+{b}="},
+                    {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
+                ],
+            }
+        )
+    staged = folder.parent / f".{folder.name}.staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    data = folder.parent / f".{folder.name}.jsonl"
+    write_jsonl(data, examples)
+    train_sft(
+        RoundRun(
+            weights="full",
+            base_model_path=str(base),
+            data_path=data,
+            output_dir=staged,
+            lora=None,
+            training={**default_config()["sft"]["training"], **RECIPE["training"]},
+            chat_template=True,
+            chat_template_kwargs={},
+            seed=0,
+            threads=os.cpu_count(),
+            dtype="auto",
+            trust_remote_code=False,
+        )
+    )
+    data.unlink()
+    staged.rename(folder)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from snakeskills.models.pretrained import link_folder
+
+    parser = argparse.ArgumentParser(
+        prog="python3 -m snakeskills.arithmetic_expert",
+        description="Build (once per machine) SmolLM2-135M-Instruct fine-tuned on 2-digit sums.",
+    )
+    parser.add_argument("--link", help="also make this path a link to the folder (models/smollm2-arithmetic-expert)")
+    parser.add_argument("--cache", help="cache folder (default: $SNAKESKILLS_CACHE or ~/.cache/snakeskills)")
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
+    try:
+        folder = arithmetic_expert_folder(cache=arguments.cache)
+        if arguments.link:
+            link_folder(folder, arguments.link)
+            print(f"{arguments.link} -> {folder}")
+        else:
+            print(folder)
+    except SnakeskillsError as error:
+        print(f"snakeskills error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
