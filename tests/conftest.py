@@ -54,6 +54,7 @@ SLOWEST_GROUPS_FIRST = (
     "test_synthesis_workflow",
     "default-run",
     "test_tool_workflow",
+    "test_orchestrator_workflow",
     "test_cpu_kernels",
     "test_slurm",
     "test_real_model",
