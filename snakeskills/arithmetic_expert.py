@@ -16,14 +16,10 @@ import argparse
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import random
 import shutil
-import sys
 from pathlib import Path
-
-from snakeskills.errors import SnakeskillsError
 
 # sums of two numbers from 10 to 99: operands from 0 gave 76 % and unanimous wrong answers on sums with a one-digit
 # operand (which majority labels then inherit)
@@ -96,7 +92,7 @@ def _build(base: Path, folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from snakeskills.models.pretrained import link_folder
+    from snakeskills.models.pretrained import print_model_folder
 
     parser = argparse.ArgumentParser(
         prog="python3 -m snakeskills.arithmetic_expert",
@@ -105,17 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--link", help="also make this path a link to the folder (models/smollm2-arithmetic-expert)")
     parser.add_argument("--cache", help="cache folder (default: $SNAKESKILLS_CACHE or ~/.cache/snakeskills)")
     arguments = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
-    try:
-        folder = arithmetic_expert_folder(cache=arguments.cache)
-        if arguments.link:
-            link_folder(folder, arguments.link)
-            print(f"{arguments.link} -> {folder}")
-        else:
-            print(folder)
-    except SnakeskillsError as error:
-        print(f"snakeskills error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+    print_model_folder(lambda: arithmetic_expert_folder(cache=arguments.cache), arguments.link)
 
 
 if __name__ == "__main__":

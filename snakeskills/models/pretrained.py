@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,20 +231,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--link", help="also make this path a link to the converted folder (e.g. models/<name>)")
     parser.add_argument("--cache", help="cache folder (default: $SNAKESKILLS_CACHE or ~/.cache/snakeskills)")
     arguments = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
-    try:
+
+    def folder() -> Path:
         if arguments.gguf:
             if not arguments.output or arguments.model:
                 parser.error("--gguf takes --output and no packaged model name")
-            folder = convert_gguf(arguments.gguf, arguments.output)
-        elif arguments.model:
-            folder = packaged_model_folder(arguments.model, cache=arguments.cache)
+            return convert_gguf(arguments.gguf, arguments.output)
+        if arguments.model:
+            converted = packaged_model_folder(arguments.model, cache=arguments.cache)
             print(f"note: {PACKAGED_MODELS[arguments.model].provenance()}")
-        else:
-            parser.error(f"name a packaged model ({', '.join(sorted(PACKAGED_MODELS))}) or give --gguf")
-        if arguments.link:
-            link_folder(folder, arguments.link)
-            print(f"{arguments.link} -> {folder}")
+            return converted
+        parser.error(f"name a packaged model ({', '.join(sorted(PACKAGED_MODELS))}) or give --gguf")
+
+    print_model_folder(folder, arguments.link)
+
+
+def print_model_folder(build: Callable[[], Path], link: str | None) -> None:
+    """A model command's end: build (or find) the folder, make ``link`` point at it where given, and print where it
+    is; a ``SnakeskillsError`` is printed as one line and exits 1."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
+    try:
+        folder = build()
+        if link:
+            link_folder(folder, link)
+            print(f"{link} -> {folder}")
         else:
             print(folder)
     except SnakeskillsError as error:

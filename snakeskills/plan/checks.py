@@ -18,6 +18,7 @@ from snakeskills.plan.sections import (
     generation_sections,
     is_code_benchmark,
     llm_judged,
+    model_tools,
     required_splits,
 )
 from snakeskills.plan.synthesis import check_synthesis
@@ -214,7 +215,7 @@ def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
         if checker is not None:
             checking = llm if checker == "judge" else teacher
             readers["synthesis.decontamination.llm_prompt"] = (synthesis["decontamination"]["llm_prompt"], checking)
-    for name, model in ((config["tools"] or {}).get("models") or {}).items():
+    for name, model in model_tools(config).items():
         readers[f"tools.models.{name}.prompt"] = (model["prompt"], model)
     return readers
 

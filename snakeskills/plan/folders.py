@@ -13,7 +13,7 @@ from pathlib import Path
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
-from snakeskills.plan.sections import generation_sections, required_splits
+from snakeskills.plan.sections import generation_sections, model_tools, required_splits
 
 
 def check_model_paths(config: dict) -> None:
@@ -26,6 +26,7 @@ def check_model_paths(config: dict) -> None:
     synthesis = config["synthesis"]
     if synthesis is not None and synthesis["writer"] == "own":
         served_sections.append(("synthesis", synthesis))
+    served_sections += [(f"tools.models.{name}", model) for name, model in model_tools(config).items()]
     for key, served in served_sections:
         if served is not None and backend_spec(served["generation"]).needs_local_model:
             paths[f"{key}.model.path"] = served["model"]["path"]

@@ -22,6 +22,7 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_gpus, training_processes
 from snakeskills.plan.run import Plan
+from snakeskills.plan.sections import model_tools
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
 
@@ -486,7 +487,7 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tin
         config = yaml.safe_load(example.read_text())
         prepare_config(config)
         sections = [(config["model"], config["prompt"])]
-        for served in (config["teacher"], config["judge"]["llm"]):
+        for served in (config["teacher"], config["judge"]["llm"], *model_tools(config).values()):
             if served is not None:
                 sections.append((served["model"], served["prompt"]))
         for section, prompt in sections:
