@@ -98,6 +98,7 @@ def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
     """`python -m snakeskills.cli generate` with settings naming another python runs that python on the same
     arguments, with this checkout on PYTHONPATH; here a python that only records how it was called."""
     from snakeskills.backends.vllm_env import REPO
+    from snakeskills.cli import GENERATION_SETTINGS_KEYS
 
     record = tmp_path / "called.json"
     other = tmp_path / "venv/bin/python"
@@ -109,8 +110,7 @@ def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
     other.chmod(0o755)
     generation = {"backend": "vllm", "vllm": {"python": str(other)}}
     settings = tmp_path / "settings.json"
-    keys = ("split", "model", "model_path", "adapter_path", "prompt", "allow_empty_chunk", "tools")
-    settings.write_text(json.dumps({**dict.fromkeys(keys), "generation": generation}))
+    settings.write_text(json.dumps({**dict.fromkeys(GENERATION_SETTINGS_KEYS), "generation": generation}))
     arguments = ["generate", "--settings", str(settings), "--threads", "1", "--gpus", "0"]
     arguments += ["--wildcards", "seed=0,chunk=0,num_chunks=1", "--output", "o.jsonl", "--log", "o.log"]
     process = subprocess.run([sys.executable, "-m", "snakeskills.cli", *arguments], cwd=tmp_path)
