@@ -583,7 +583,8 @@ def test_a_gpu_device_stops_a_local_plan(key):
     set_key(config, f"{key}.backend", "hf")
     set_key(config, f"{key}.device", "cuda")
     prepare_config(config)
-    with pytest.raises(SnakeskillsError, match=f"config key {concrete(key)}.device is 'cuda', but this machine has no GPU"):
+    message = f"config key {concrete(key)}.device is 'cuda', but this machine has no GPU"
+    with pytest.raises(SnakeskillsError, match=message):
         check_devices(config)
     config = copy.deepcopy(DEFAULT)
     config["sft"]["gpus"] = 1
