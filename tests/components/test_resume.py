@@ -100,7 +100,9 @@ def test_killed_sft_resumes_from_its_last_checkpoint(tiny_checkpoint, sft_data, 
 
     # the kill may land while a checkpoint is being written; make that case certain: a newer checkpoint
     # with weights but no trainer state (killed before its last file), and one with a cut-off state
-    complete = sorted(trainer_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
+    # complete as the resume reads it: a trainer state that parses (the kill may cut the newest one's mid-write)
+    states = [path for path in trainer_dir.glob("checkpoint-*/trainer_state.json") if _parses(path)]
+    complete = sorted(states, key=lambda p: int(p.parent.name[11:]))
     newest_complete = complete[-1].parent
     partial, cut_off = trainer_dir / "checkpoint-140", trainer_dir / "checkpoint-145"
     shutil.copytree(newest_complete, partial)
@@ -395,3 +397,11 @@ def test_grpo_draws_each_epochs_order_from_the_seed_as_an_uninterrupted_run_draw
     # process 1 takes every other batch of 8 (1, 3, 5, 7) and skips its first
     expected = [index for batch in (3, 5, 7) for index in trl_orders[2][8 * batch : 8 * batch + 8]]
     assert [int(index) for batch in skipping for index in batch] == expected
+
+
+def _parses(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except ValueError:
+        return False
+    return True
