@@ -10,6 +10,7 @@ from __future__ import annotations
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.values import check_model_name
 from snakeskills.prompts import resolve_prompt
+from snakeskills.tools.model_tool import shared_generation
 
 WITHOUT_TOOLS = "{base}-without-tools"
 ALWAYS_CALL = "{base}-always-{tool}"
@@ -82,16 +83,6 @@ class ToolsPlan:
     def price(self, model: str) -> dict | None:
         """The price of a model tool answering on its own (its eval jobs); None for every other model."""
         return self.models[model]["price"] if model in self.evaluated_models else None
-
-
-def shared_generation(generation: dict) -> dict:
-    """A model tool's generation section with its shared model server on (a backend that loads local weights; an
-    openai server is asked where it is)."""
-    from snakeskills.backends.specs import backend_spec
-
-    if not backend_spec(generation).needs_local_model:
-        return generation
-    return {**generation, "share_model": {**generation["share_model"], "enabled": True}}
 
 
 def _priced(price: dict | None) -> bool:

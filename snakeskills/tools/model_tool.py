@@ -37,6 +37,16 @@ class ModelToolSettings:
     generation: dict
 
 
+def shared_generation(generation: dict) -> dict:
+    """A model tool's generation section with its shared model server on (a backend that loads local weights; an
+    openai server is asked where it is)."""
+    from snakeskills.backends.specs import backend_spec
+
+    if not backend_spec(generation).needs_local_model:
+        return generation
+    return {**generation, "share_model": {**generation["share_model"], "enabled": True}}
+
+
 def call_seed(seed: int, tool: str, call: int) -> int:
     """The seed of a sample's ``call``-th call (from 0) of the model tool ``tool``."""
     digest = hashlib.sha256(f"{seed}\x00tool\x00{tool}\x00{call}".encode()).digest()
@@ -66,12 +76,9 @@ class AskedModel:
 
     def _build(self) -> None:
         from snakeskills.backends import backend_from_config, sampling_from_config
-        from snakeskills.backends.specs import backend_spec
         from snakeskills.prompts import chat_format
 
-        generation = self.settings.generation
-        if backend_spec(generation).needs_local_model:  # once per node: always through the shared model server
-            generation = {**generation, "share_model": {**generation["share_model"], "enabled": True}}
+        generation = shared_generation(self.settings.generation)  # once per node, whatever the section says
         self.backend = backend_from_config(
             generation,
             self.settings.model,
