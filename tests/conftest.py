@@ -532,14 +532,16 @@ def tool_caller(tmp_path_factory) -> Path:
     """The character-level tiny Llama after a quick SFT on ``TOOL_CALLER_LEARNED`` (the tools' outputs masked out of
     its loss, as the bootstrap trains), saved as a checkpoint folder: at a low temperature it writes the calls by
     itself."""
+    from snakeskills.tools.loop import tool_use
     from snakeskills.training.sft import train_on_examples
     from snakeskills.training.tiny_model import bootstrap_example, build_char_tokenizer, build_tiny_llama
 
     folder = tmp_path_factory.mktemp("tool-caller")
     tokenizer = build_char_tokenizer()
     model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=96)
+    tags = [tool.tags for tool in tool_use(TOOL_CALLER_TOOLS).tools().values()]
     examples = [
-        bootstrap_example(tokenizer(prompt)["input_ids"], completion, TOOL_CALLER_TOOLS)
+        bootstrap_example(tokenizer(prompt)["input_ids"], completion, tags)
         for prompt, completion in TOOL_CALLER_LEARNED.items()
     ]
     assert all(

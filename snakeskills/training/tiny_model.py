@@ -145,11 +145,17 @@ def build_and_bootstrap(
     templates = [tool_completion] if isinstance(tool_completion, str) else list(tool_completion or [])
     # several templates (one per tool): the calling rows take them in turn
     chosen = {index: templates[turn % len(templates)] for turn, index in enumerate(sorted(calling))}
+    use = None
+    if tools is not None:
+        from snakeskills.tools.loop import tool_use
+
+        use = tool_use(tools)
+    tags = [tool.tags for tool in use.tools().values()] if use is not None else None
     examples = [
         bootstrap_example(
             model_input_ids(prompt_config, record, tokenizer),
             fill_template(chosen.get(index, completion_template), record),
-            tools if index in calling else None,
+            tags if index in calling else None,
         )
         for index, record in enumerate(bootstrap_records)
     ]
@@ -160,11 +166,6 @@ def build_and_bootstrap(
         for record in validation_records
     ]
     max_new_tokens = max(len(tokenizer(example["completion"])["input_ids"]) for example in examples) + 2
-    use = None
-    if tools is not None:
-        from snakeskills.tools.loop import tool_use
-
-        use = tool_use(tools)
     stopper = accuracy_stop_callback(
         tokenizer,
         validation,
@@ -243,14 +244,14 @@ def tool_calling_rows(count: int, share: float, seed: int) -> set[int]:
     return set(random.Random(f"{seed}/tool-calling").sample(range(count), round(share * count)))
 
 
-def bootstrap_example(prompt_ids: list[int], completion: str, tools: dict | None) -> dict:
-    """One bootstrap example; a completion with a tool call carries its tool outputs' spans (masked in the loss)."""
+def bootstrap_example(prompt_ids: list[int], completion: str, tags: list | None) -> dict:
+    """One bootstrap example; a completion with a tool call (``tags``: every tool's ``protocol.Tags``) carries its
+    tool outputs' spans (masked in the loss)."""
     example = {"prompt_ids": prompt_ids, "completion": completion}
-    if tools is not None:
-        from snakeskills.tools.loop import tool_use
+    if tags is not None:
         from snakeskills.tools.protocol import tools_output_spans
 
-        spans = tools_output_spans(completion, [tool.tags for tool in tool_use(tools).tools().values()])
+        spans = tools_output_spans(completion, tags)
         if spans:
             example["tool_output_spans"] = [list(span) for span in spans]
     return example
