@@ -17,7 +17,8 @@ JSON argument.
         --eval E [E ...] --output O --checked K --stats J --log L
 
 ``samples`` is for people, not rules: a few judged samples of each model and benchmark, chosen by a seed
-(``snakeskills.results.samples``), filtered by model, benchmark, split, verdict and extraction route.
+(``snakeskills.results.samples``), filtered by model, benchmark, split, verdict and extraction route; a sample that
+called tools shows its calls and, in its generation, the tools' outputs marked.
 
     python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 --verdict incorrect --limit 3
 """
@@ -230,11 +231,12 @@ def add_samples_command(commands) -> None:
 
     samples = commands.add_parser(
         "samples",
-        help="print judged samples from a run's results (problem, generation, answer, route, verdict)",
+        help="print judged samples from a run's results (problem, generation, tool calls, answer, route, verdict)",
         description="Print a few judged samples of each model, benchmark and split from a run's results: the "
         "problem, the generation, the predicted answer, how the judge found it (extraction_route) and the verdict. "
-        "The same seed chooses the same samples; the report (snakemake --report) shows those of seed "
-        f"{CHOICE_SEED} on the eval split.",
+        "With tools, the generation marks each tool's output ([tool output] ... [end of tool output]) and a tools "
+        "line counts the sample's calls, errors and timeouts, their seconds and its cost. The same seed chooses the "
+        f"same samples; the report (snakemake --report) shows those of seed {CHOICE_SEED} on the eval split.",
         epilog="example: python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 "
         "--verdict incorrect --limit 3",
     )

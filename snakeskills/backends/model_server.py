@@ -8,7 +8,9 @@ loads the model once, answers ``generate`` requests from any number of jobs (one
 so results do not depend on which jobs run together: every row has its own seed), and exits after
 ``idle_seconds`` without clients. After ``jobs_per_load`` jobs it stops taking new ones and a fresh
 server is started: config decides how many jobs share a load. Each job's log says whether it
-started the server ("started model server") or reused one, so loads can be counted from the logs.
+started the server ("started model server") or reused one, so loads can be counted from the logs. A tool loop's later
+turn continues from its token ids (the server returns them when asked), with what is left of the context, as a
+direct load's loop does. Both ends of the socket's protocol live in this module's 500-odd lines: they change together.
 
 GPUs: on a workstation the server, not its jobs, holds the GPUs it runs on (``snakeskills.backends.gpus``): the
 job that starts it claims them first (waiting for them as any claim does, asking other models' idle servers to
@@ -142,6 +144,14 @@ def server_paths(directory: str | Path, key: str) -> tuple[Path, Path, Path]:
 # ---------------------------------------------------------------- client
 
 
+def served_result(fields: dict) -> GenerationResult:
+    """A result as the server sent it (JSON), its token ids and log-probabilities as tuples again."""
+    for name in ("token_ids", "logprobs", "model_token_mask"):
+        if fields.get(name) is not None:
+            fields[name] = tuple(fields[name])
+    return GenerationResult(**fields)
+
+
 class SharedModelBackend:
     """A backend whose model lives in a shared server process (started on first use).
 
@@ -191,6 +201,10 @@ class SharedModelBackend:
         else:
             raise SnakeskillsError(f"could not get a model server to accept this job; see {self.server_log}")
         self.server_pid = hello["pid"]
+        if hello.get("eos_token_ids") is not None:  # its backend returns token ids: a tool loop continues from them
+            self.keep_tokens = False
+            self.eos_token_ids = set(hello["eos_token_ids"])
+        self._tokenizer = None
         logger.info(
             "model server pid %d serves this job (job %d on load %s): loaded %s (weights %s)",
             hello["pid"],
@@ -270,6 +284,17 @@ class SharedModelBackend:
         process.kill()
         raise SnakeskillsError(f"model server did not start within {START_TIMEOUT_SECONDS}s; see {self.server_log}")
 
+    @property
+    def tokenizer(self):
+        """The served model's tokenizer, loaded here for a tool loop that decodes and extends its token ids."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(
+                self.options["model_path"], trust_remote_code=self.options.get("trust_remote_code", False)
+            )
+        return self._tokenizer
+
     def _call(self, message: dict) -> dict:
         self.connection.sendall((json.dumps(message) + "\n").encode())
         line = self.reader.readline()
@@ -291,15 +316,17 @@ class SharedModelBackend:
                         "seed": r.seed,
                         "messages": list(r.messages),
                         "assistant_prefix": r.assistant_prefix,
+                        "assistant_prefix_token_ids": r.assistant_prefix_token_ids,
                         "max_new_tokens": r.max_new_tokens,
                     }
                     for r in requests
                 ],
                 "sampling": asdict(sampling),
+                "keep_tokens": getattr(self, "keep_tokens", False),
                 **self.chat_format,
             }
         )
-        results = [GenerationResult(**result) for result in reply["results"]]
+        results = [served_result(result) for result in reply["results"]]
         if on_results is not None:
             on_results(results)  # the server answers the whole call at once
         return results
@@ -374,8 +401,10 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                     self.jobs += 1
                 if self.jobs >= self.jobs_per_load:
                     self.retire()
+            keeps = hasattr(self.backend, "keep_tokens")
             return {
                 "accepted": accepted,
+                "eos_token_ids": sorted(self.backend.eos_token_ids) if keeps else None,
                 "pid": os.getpid(),
                 "load_id": self.load_id,
                 "jobs": self.jobs,
@@ -386,26 +415,39 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
             from snakeskills.prompts import encode_messages
 
             tokenizer = self.backend.tokenizer
-            requests = [
-                GenerationRequest(
-                    seed=r["seed"],
-                    prompt_token_ids=tuple(
-                        encode_messages(
-                            r["messages"],
-                            chat_template=message["chat_template"],
-                            chat_template_kwargs=message["chat_template_kwargs"],
-                            tokenizer=tokenizer,
-                        )
-                    )
-                    # a tool loop's later turn continues the assistant's text so far
-                    + tuple(tokenizer.encode(r.get("assistant_prefix") or "", add_special_tokens=False)),
-                    max_new_tokens=r.get("max_new_tokens"),
-                )
-                for r in message["requests"]
-            ]
             sampling = SamplingParams(**{**message["sampling"], "stop": tuple(message["sampling"]["stop"])})
+            requests = []
+            for r in message["requests"]:
+                ids = tuple(
+                    encode_messages(
+                        r["messages"],
+                        chat_template=message["chat_template"],
+                        chat_template_kwargs=message["chat_template_kwargs"],
+                        tokenizer=tokenizer,
+                    )
+                )
+                budget = r.get("max_new_tokens")
+                # a tool loop's later turn continues the assistant's reply so far (its ids where the loop kept them),
+                # with what is left of the context, as a direct load's loop gives it (tools.loop._turn_request)
+                if r.get("assistant_prefix_token_ids") is not None:
+                    ids += tuple(r["assistant_prefix_token_ids"])
+                elif r.get("assistant_prefix"):
+                    ids += tuple(tokenizer.encode(r["assistant_prefix"], add_special_tokens=False))
+                if budget is not None and self.backend.context_length is not None:
+                    budget = min(budget, self.backend.context_length - len(ids))
+                requests.append(GenerationRequest(seed=r["seed"], prompt_token_ids=ids, max_new_tokens=budget))
+            results: list = [None] * len(requests)
+            running = [index for index, request in enumerate(requests) if request.budget(sampling) > 0]
+            for index in set(range(len(requests))) - set(running):  # no room left: the row ends at its length
+                results[index] = GenerationResult(generation="", num_generated_tokens=0, finish_reason="length")
+                if message.get("keep_tokens"):
+                    results[index] = replace(results[index], token_ids=(), logprobs=())
             with self.model_lock:
-                results = self.backend.generate(requests, sampling)
+                if hasattr(self.backend, "keep_tokens"):
+                    self.backend.keep_tokens = bool(message.get("keep_tokens"))
+                generated = self.backend.generate([requests[index] for index in running], sampling) if running else []
+            for index, result in zip(running, generated, strict=True):
+                results[index] = result
             counted = [
                 replace(result, num_prompt_tokens=len(request.prompt_token_ids))
                 for request, result in zip(requests, results, strict=True)

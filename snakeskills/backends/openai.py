@@ -6,8 +6,14 @@ Connection errors, timeouts, rate limits and server errors are retried with expo
 (``max_retries`` times); after that the job fails with a clear message, and its progress file
 keeps every finished batch, so the rerun sends only the missing rows. A prompt longer than the
 model's context is a soft failure: an empty ``generation`` with ``finish_reason: error`` and an
-``error`` field, not a dead job. The API key is read from the environment variable named by
-``api_key_env`` and is never logged or written anywhere.
+``error`` field (the server's reason), not a dead job. The API key is read from the environment variable
+named by ``api_key_env`` and is never logged or written anywhere.
+
+Token counts (``num_generated_tokens``, ``num_prompt_tokens``) are the server's ``usage``; a server that
+reports none has them counted here with the tokenizer of ``openai.tokenizer_path`` (the completion's text
+encoded, or the request's whole budget where it stopped at its length), and without that tokenizer the job
+stops at the first such answer, naming the key: a count of 0 would spend no token budget (the tool loop's)
+and cost nothing (a price per token).
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ CONTEXT_LENGTH_MARKERS = ("context length", "context_length", "maximum context",
 def is_context_length_error(error: Exception) -> bool:
     text = str(error).lower()
     return any(marker in text for marker in CONTEXT_LENGTH_MARKERS)
+
+
+def refusal_reason(error: Exception) -> str:
+    """What a server said when it refused a request: the ``message`` of its JSON error, else the whole error."""
+    body = getattr(error, "body", None)
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) and message else str(error)
 
 
 def split_off_reasoning(message) -> str | None:
@@ -80,6 +93,7 @@ class OpenAIBackend:
         self.model = model
         self.api = api
         self.warned_reasoning = False
+        self.warned_usage = False
         # chat: the server applies its chat template; completions: our rendered text, which the server tokenizes
         self.takes = "messages" if api == "chat" else "text"
         # the chat API's template variables, sent as the request's chat_template_kwargs (vLLM, SGLang,
@@ -95,7 +109,9 @@ class OpenAIBackend:
             "timeout": request_timeout_seconds,
         }
         self.tokenizer = None
-        if tokenizer_path is not None:  # renders chat templates client-side for the completions API
+        self.tokenizer_path = tokenizer_path
+        # renders chat templates client-side for the completions API, and counts tokens a server does not report
+        if tokenizer_path is not None:
             from transformers import AutoTokenizer
 
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
@@ -138,7 +154,7 @@ class OpenAIBackend:
                 if is_context_length_error(error):
                     logger.warning("prompt too long for the model, recorded as a soft failure: %s", error)
                     return GenerationResult(
-                        generation="", num_generated_tokens=0, finish_reason="error", error=str(error)
+                        generation="", num_generated_tokens=0, finish_reason="error", error=refusal_reason(error)
                     )
                 raise SnakeskillsError(f"openai backend: {self.base_url} rejected a request: {error}") from None
             except retryable as error:
@@ -200,11 +216,64 @@ class OpenAIBackend:
             response = await client.completions.create(prompt=request.prompt, **options)
             choice = response.choices[0]
             text = choice.text
-        tokens = response.usage.completion_tokens if response.usage is not None else 0
+        finish_reason = "length" if choice.finish_reason == "length" else "stop"
+        usage = response.usage
+        generated = getattr(usage, "completion_tokens", None)
+        prompt = getattr(usage, "prompt_tokens", None)
+        if generated is None or prompt is None:
+            counted_generated, counted_prompt = self._count(request, messages, sampling, text, reasoning, finish_reason)
+            generated = counted_generated if generated is None else generated
+            prompt = counted_prompt if prompt is None else prompt
         return GenerationResult(
             generation=text,
-            num_generated_tokens=tokens,
-            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            num_generated_tokens=generated,
+            finish_reason=finish_reason,
             reasoning_content=reasoning,
-            num_prompt_tokens=response.usage.prompt_tokens if response.usage is not None else None,
+            num_prompt_tokens=prompt,
         )
+
+    def _count(
+        self, request, messages: list[dict], sampling, text: str, reasoning: str | None, finish_reason: str
+    ) -> tuple[int, int]:
+        """(completion tokens, prompt tokens) of an answer the server gave no ``usage`` for, counted with the
+        tokenizer of ``openai.tokenizer_path``: the text (and split-off reasoning) encoded, at most the request's
+        budget, all of it where the answer stopped at its length; the prompt as the server encodes it (a chat
+        request through the tokenizer's chat template)."""
+        if self.tokenizer is None:
+            raise SnakeskillsError(
+                f"openai backend: {self.base_url} reports no `usage` (token counts) and openai.tokenizer_path of this "
+                "job's generation section is not set (e.g. generation.openai.tokenizer_path, "
+                "tools.models.<name>.generation.openai.tokenizer_path): set it to a local folder with the tokenizer "
+                f"of {self.model}, to count the tokens of its answers (num_generated_tokens, the tool loop's token "
+                "budget, a price per token)"
+            )
+        if not self.warned_usage:
+            self.warned_usage = True
+            logger.warning(
+                "%s reports no usage: tokens are counted with the tokenizer of openai.tokenizer_path (%s)",
+                self.base_url,
+                self.tokenizer_path,
+            )
+        tokenizer = self.tokenizer
+        budget = request.budget(sampling)
+        if finish_reason == "length":
+            generated = budget
+        else:
+            written = [part for part in (reasoning, text) if part]
+            generated = min(budget, sum(len(tokenizer.encode(part, add_special_tokens=False)) for part in written))
+        if self.api == "completions":
+            return generated, len(tokenizer(request.prompt)["input_ids"])
+        try:  # the messages sent: a later turn's end with the assistant's unfinished reply
+            rendered = tokenizer.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=request.assistant_prefix is None,
+                continue_final_message=request.assistant_prefix is not None,
+                **self.chat_template_kwargs,
+            )
+        except ValueError as error:  # transformers: the tokenizer has no chat template
+            raise SnakeskillsError(
+                f"openai.tokenizer_path: {self.tokenizer_path} cannot count the prompt tokens of a chat request "
+                f"({error}); give the served model's own tokenizer, with its chat template"
+            ) from None
+        return generated, len(tokenizer(rendered, add_special_tokens=False)["input_ids"])

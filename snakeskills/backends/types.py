@@ -28,6 +28,8 @@ class GenerationRequest:
     # continues as the assistant's unfinished reply (token-id and text requests hold it in their prompt), and the
     # tokens this row may still generate (None: the sampling's max_new_tokens)
     assistant_prefix: str | None = None
+    # the same as token ids, where the loop keeps them (the shared model server continues from them exactly)
+    assistant_prefix_token_ids: tuple[int, ...] | None = None
     max_new_tokens: int | None = None
     # the call the tool loop makes before the model's first turn (tools.first_call, the always-ask baseline): the
     # row's problem; backends never read it

@@ -3,6 +3,8 @@ The optional features check their own sections (``snakeskills.plan.teacher``, ``
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from snakeskills.backends.specs import backend_spec
@@ -30,8 +32,9 @@ from snakeskills.registry import is_user_function, load_user_function
 from snakeskills.training.trainer import check_batch_divides
 
 
-def check_config(config: dict, *, gpus_available: bool) -> None:
-    """Cross-key checks the JSON schema cannot express; each names the key at fault.
+def check_config(config: dict, *, gpus_available: bool, warn: Callable[[str], None] | None = None) -> None:
+    """Cross-key checks the JSON schema cannot express; each names the key at fault. What probably will not work,
+    though it can run, goes to ``warn`` one line each (default: standard error, where ``snakemake`` shows it).
 
     ``gpus_available``: whether the planning node sees GPUs (decides hf ``device: auto``'s GPU count)."""
     model = config["model"]
@@ -71,13 +74,19 @@ def check_config(config: dict, *, gpus_available: bool) -> None:
         resolve_prompt(prompt, key)  # a template file that exists, format strings that parse: now, not in its job
         _check_chat_template_kwargs(config, key, prompt, reader)
     _check_metrics(config)
-    _check_tools(config)
+    _check_tools(config, warn or _to_stderr)
 
 
-def _check_tools(config: dict) -> None:
-    """The tools section: tools that exist (a user's imports), tags that no stop string cuts and that tell the tools
-    apart, names and prices that fit (``tools.check_tools_plan``), a sampler that can run the tools in GRPO, and the
-    keys that need tools set only with them."""
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _check_tools(config: dict, warn: Callable[[str], None]) -> None:
+    """The tools section: tools that exist (a user's imports), names and prices that fit (``tools.check_tools_plan``),
+    tags the loop can read (``tools.check_tags``: no stop string cuts them, output tags apart from call tags, each
+    tool's own) and that reach it as text, a sampler that can run the tools in GRPO, and the keys that need tools set
+    only with them. What probably will not work is ``warn``ed (``tools.tags_warnings``: tags the prompts never show
+    and nothing teaches, tags the prompts are full of)."""
     tools, grpo, tiny = config["tools"], config.get("grpo") or {}, config.get("tiny_model") or {}
     rewards = grpo.get("rewards") or {}
     priced = [term for term in ("tool_calls", "tool_seconds", "tool_cost", "tool_preference") if rewards.get(term)]
@@ -87,31 +96,24 @@ def _check_tools(config: dict) -> None:
         if config["model"]["build_tiny"] and tiny.get("tool_share"):
             raise SnakeskillsError("config key tiny_model.tool_share: the bootstrap's tool calls need a tools section")
         return
-    from snakeskills.plan.tools import ToolsPlan, check_tools_plan
-    from snakeskills.tools.protocol import tags_from_config
+    from snakeskills.plan.tools import ToolsPlan, check_tags, check_tools_plan, tags_warnings
     from snakeskills.tools.registry import check_tool, tools_settings
 
     settings = tools_settings(tools)
     plan = ToolsPlan(config)
     check_tools_plan(config, plan, _run_model_names(config))
-    tags = {}
     if tools["tool"] is not None:
         check_tool(settings, "tools.tool")
-        tags["tools.tags"] = tags_from_config(tools["tags"], "tools.tags")
-    for name, model in plan.models.items():
-        tags[f"tools.models.{name}.tags"] = tags_from_config(model["tags"], f"tools.models.{name}.tags")
+    prompts = student_prompts(config)
     stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
-    stops.update({f"the prompt's stop {stop!r}": stop for stop in resolve_prompt(config["prompt"], "prompt")["stop"]})
-    for key, each in tags.items():
-        for where, stop in stops.items():
-            for name in ("code_begin", "code_end"):
-                tag = getattr(each, name)
-                if stop and stop in tag and stop != tag:
-                    raise SnakeskillsError(
-                        f"config key {key}: {name} {tag!r} holds the stop string of {where}: a turn would stop "
-                        "before its call is closed; change the tag or the stop string"
-                    )
+    for key, prompt in prompts.items():
+        stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
+    tags = plan.tags()
+    check_tags(tags, stops)
+    for key, each in tags.values():
         _check_tags_are_text(config, each, key)
+    for line in tags_warnings(tags, prompts, _bootstrap_tool_completions(config)):
+        warn(line)
     if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
         key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
         raise SnakeskillsError(
@@ -123,6 +125,27 @@ def _check_tools(config: dict) -> None:
             "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
             "the tool; give their template"
         )
+
+
+def student_prompts(config: dict) -> dict[str, dict]:
+    """The prompts the student (and its rounds) answers with, resolved, by config key: ``prompt``, and each
+    benchmark's own ``benchmarks.<name>.prompt`` where it gives one."""
+    prompts = {"prompt": resolve_prompt(config["prompt"], "prompt")}
+    for benchmark, spec in config["benchmarks"].items():
+        if spec["prompt"]:
+            key = f"benchmarks.{benchmark}.prompt"
+            prompts[key] = resolve_prompt(benchmark_prompt(config["prompt"], spec), key)
+    return prompts
+
+
+def _bootstrap_tool_completions(config: dict) -> list[str]:
+    """The tiny model's bootstrap completions that call tools (``tiny_model.tool_completion``, where
+    ``tiny_model.tool_share`` trains on them), the only place the plan sees a model taught the tags; else none."""
+    tiny = config.get("tiny_model") or {}
+    if not config["model"]["build_tiny"] or not tiny.get("tool_share"):
+        return []
+    completion = tiny["tool_completion"]
+    return [completion] if isinstance(completion, str) else list(completion or [])
 
 
 def _run_model_names(config: dict) -> list[str]:
@@ -139,10 +162,22 @@ def _run_model_names(config: dict) -> list[str]:
 
 
 def _check_tags_are_text(config: dict, tags, key: str = "tools.tags") -> None:
-    """The tags must reach the loop as text: a special token of the student's tokenizer (Llama 3's
-    ``<|python_tag|>``) is left out of the texts the backends decode, so its calls would never be seen. Checked where
-    the plan can read the tokenizer (a local checkpoint folder)."""
-    model = config["model"]
+    """A tag that holds a special token of the student's tokenizer (Llama 3's ``<|python_tag|>``) reaches the loop
+    only where it reads the model's token ids (the hf backend, directly or through the shared model server): it then
+    decodes them with special tokens written out. vLLM and an OpenAI-compatible server hand the loop text that leaves
+    special tokens out, so the loop would never see a call: refused there with the reason. Checked where the plan can
+    read the tokenizer (a local checkpoint folder)."""
+    from snakeskills.tools.protocol import TAG_PRESETS
+
+    model, backend = config["model"], config["generation"]["backend"]
+    if backend == "hf":
+        return
+    if tags == TAG_PRESETS["llama3"]:
+        raise SnakeskillsError(
+            f"config key {key}: the llama3 preset's tags are special tokens of Llama 3's tokenizer, which the "
+            f"{backend} backend leaves out of the text it returns: the loop would never see a call; use "
+            "generation.backend: hf (the loop reads its token ids, special tokens included) or the markdown preset"
+        )
     if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
         return
     from transformers import AutoTokenizer
@@ -155,8 +190,9 @@ def _check_tags_are_text(config: dict, tags, key: str = "tools.tags") -> None:
         if found:
             raise SnakeskillsError(
                 f"config key {key}: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
-                f"{model['path']}'s tokenizer, which the backends leave out of the text they decode: the loop would "
-                "never see a call; use tags written in plain text (the markdown or openmath preset)"
+                f"{model['path']}'s tokenizer, which the {backend} backend leaves out of the text it returns: the "
+                "loop would never see a call; use generation.backend: hf (the loop reads its token ids, special "
+                "tokens included) or tags written in plain text (the markdown or openmath preset)"
             )
 
 

@@ -7,10 +7,13 @@ config has tools."""
 
 from __future__ import annotations
 
+import string
+
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.values import check_model_name
 from snakeskills.prompts import resolve_prompt
 from snakeskills.tools.model_tool import shared_generation
+from snakeskills.tools.protocol import Tags, tags_from_config
 
 WITHOUT_TOOLS = "{base}-without-tools"
 ALWAYS_CALL = "{base}-always-{tool}"
@@ -36,6 +39,14 @@ class ToolsPlan:
         """Every tool by the name its records and rewards use: the program tool's (``tools.tool``), then the models'."""
         program = [self.section["tool"]] if self.section["tool"] is not None else []
         return [*program, *self.models]
+
+    def tags(self) -> dict[str, tuple[str, Tags]]:
+        """Each tool's tags by its name (``tool_names``), with the config key they are written at: ``tools.tags``,
+        ``tools.models.<name>.tags``."""
+        keys = {self.section["tool"]: "tools.tags"} if self.section["tool"] is not None else {}
+        keys.update({name: f"tools.models.{name}.tags" for name in self.models})
+        sections = {self.section["tool"]: self.section, **self.models}
+        return {name: (key, tags_from_config(sections[name]["tags"], key)) for name, key in keys.items()}
 
     def baseline_models(self) -> list[str]:
         """The eval-only variants of the base student, in table order."""
@@ -91,10 +102,8 @@ def _priced(price: dict | None) -> bool:
 
 def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> None:
     """The names and prices of the tools: each model tool's and baseline's name a model name of its own (not
-    the student's, a round's or the teacher's), the tools' call tags told apart, a price per token only for a model,
-    a preference only for a tool that exists, and ``tool_cost`` only with a price."""
-    from snakeskills.tools.protocol import tags_from_config
-
+    the student's, a round's or the teacher's), a price per token only for a model, a preference only for a tool
+    that exists, and ``tool_cost`` only with a price. Their tags: ``check_tags``."""
     section = plan.section
     taken = {name: "a model of the run" for name in other_models}
     for name in plan.models:
@@ -116,19 +125,6 @@ def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> 
             "config key tools.price: a program tool is priced per call (per_call); prices per token are for "
             "models as tools (tools.models.<name>.price)"
         )
-    tags = {}
-    if section["tool"] is not None:
-        tags[section["tool"]] = (tags_from_config(section["tags"], "tools.tags"), "tools.tags")
-    for name, model in plan.models.items():
-        tags[name] = (tags_from_config(model["tags"], f"tools.models.{name}.tags"), f"tools.models.{name}.tags")
-    opened = list(tags.items())
-    for index, (_, (tag, key)) in enumerate(opened):
-        for other, (other_tag, _) in opened[:index]:
-            if tag.code_begin in other_tag.code_begin or other_tag.code_begin in tag.code_begin:
-                raise SnakeskillsError(
-                    f"config key {key}: code_begin {tag.code_begin!r} cannot be told from {other}'s "
-                    f"{other_tag.code_begin!r}: each tool needs a call tag of its own"
-                )
     grpo = config.get("grpo") or {}
     rewards = grpo.get("rewards") or {}
     for tool in rewards.get("tool_preference") or {}:
@@ -148,3 +144,122 @@ def _claim(taken: dict, name: str, key: str) -> None:
     if name in taken:
         raise SnakeskillsError(f"config key {key}: {name!r} is also {taken[name]}; rename one")
     taken[name] = key
+
+
+def check_tags(tags: dict[str, tuple[str, Tags]], stops: dict[str, str]) -> None:
+    """Tags the loop can read (``tags``: ``ToolsPlan.tags``), each mistake naming the key of the tags at fault:
+
+    - each tool's ``code_begin`` its own: none inside another's;
+    - no string a turn stops at inside a ``code_begin``, one equal to it included: every turn would stop at (or
+      before) the call's opening tag, so no call could run; none inside a ``code_end`` short of all of it: a turn
+      would stop before its call is closed (one equal to it stops where the loop stops anyway). The strings a turn
+      stops at: ``stops`` (the sampling's and the prompts', by where they are set) and every tool's ``code_end``,
+      which the loop adds to each turn's;
+    - output tags apart from the call tags: an output tag that holds a ``code_begin`` would read each output block
+      as a new call; a ``code_output_begin`` equal to a ``code_end`` would read the call's closing tag as output."""
+    opened = list(tags.items())
+    for index, (_, (key, tag)) in enumerate(opened):
+        for other, (_, other_tag) in opened[:index]:
+            if tag.code_begin in other_tag.code_begin or other_tag.code_begin in tag.code_begin:
+                raise SnakeskillsError(
+                    f"config key {key}: code_begin {tag.code_begin!r} cannot be told from {other}'s "
+                    f"{other_tag.code_begin!r}: each tool needs a call tag of its own"
+                )
+    ends = {f"{key}.code_end (the loop ends each turn there)": tag.code_end for key, tag in tags.values()}
+    for key, tag in tags.values():
+        for where, stop in {**stops, **ends}.items():
+            if stop and stop in tag.code_begin:
+                raise SnakeskillsError(
+                    f"config key {key}: code_begin {tag.code_begin!r} {'is' if stop == tag.code_begin else 'holds'} "
+                    f"the stop string of {where}: every turn would stop at the call's opening tag and no call could "
+                    "run; change the tag or the stop string"
+                )
+            if stop and stop in tag.code_end and stop != tag.code_end:
+                raise SnakeskillsError(
+                    f"config key {key}: code_end {tag.code_end!r} holds the stop string of {where}: a turn would stop "
+                    "before its call is closed; change the tag or the stop string"
+                )
+    for key, tag in tags.values():
+        for other_key, other_tag in tags.values():
+            for name in ("code_output_begin", "code_output_end"):
+                output = getattr(tag, name)
+                if other_tag.code_begin in output:
+                    equal = "is" if output == other_tag.code_begin else "holds"
+                    raise SnakeskillsError(
+                        f"config key {key}: {name} {output!r} {equal} code_begin of {other_key}: each output block "
+                        "would read as a new call; give the outputs tags of their own"
+                    )
+            if tag.code_output_begin == other_tag.code_end:
+                raise SnakeskillsError(
+                    f"config key {key}: code_output_begin {tag.code_output_begin!r} is code_end of {other_key}: the "
+                    "call's closing tag would read as the start of its output; give the outputs tags of their own"
+                )
+
+
+# a tag met this often in a prompt, outside the calls the prompt shows, is text the prompt is full of
+FULL_OF = 3
+
+
+def tags_warnings(tags: dict[str, tuple[str, Tags]], prompts: dict[str, dict], taught: list[str]) -> list[str]:
+    """What probably will not work, one ``warning:`` line each naming the keys: a tool's ``code_begin`` that a prompt
+    the student answers with (``prompts``: resolved, by config key) never shows (``shown_text``) while nothing
+    teaches it (``taught``: the tiny model's bootstrap completions that call tools; none without a bootstrap): its
+    samples would call it by chance only, unless the model was trained on these tags; and a ``code_begin`` or
+    ``code_end`` a prompt holds ``FULL_OF`` times or more outside the calls it shows: the model writes it as text,
+    where a ``code_begin`` opens a call and a ``code_end`` ends the turn."""
+    lines = []
+    for key, tag in tags.values():
+        for prompt_key, prompt in prompts.items():
+            text = shown_text(prompt)
+            if tag.code_begin not in text and not any(tag.code_begin in literal_text(each) for each in taught):
+                lines.append(
+                    f"warning: config key {key}: code_begin {tag.code_begin!r} appears nowhere in {prompt_key} (its "
+                    "system and user text and few-shot examples) and no tiny_model.tool_completion teaches it: unless "
+                    "the model was trained on these tags it will rarely or never call the tool; show a call and its "
+                    f"output, in these tags, in {prompt_key}'s examples (docs/tools.md, Python on a real model)"
+                )
+            outside = outside_calls(text, tag)
+            for name in ("code_begin", "code_end"):
+                count = outside.count(getattr(tag, name))
+                if count >= FULL_OF:
+                    does = "opens a call" if name == "code_begin" else "ends the turn"
+                    lines.append(
+                        f"warning: config key {key}: {name} {getattr(tag, name)!r} appears {count} times in "
+                        f"{prompt_key} outside the calls it shows: the model will write it as ordinary text, and each "
+                        f"time it {does}; give the tool tags the prompt does not use"
+                    )
+    return lines
+
+
+def literal_text(template: str | None) -> str:
+    """A format string's text without its fields (doubled braces read as one), the pieces apart by NUL so that no
+    tag is found across a field."""
+    return "\0".join(literal for literal, _, _, _ in string.Formatter().parse(template or ""))
+
+
+def shown_text(prompt: dict) -> str:
+    """What a resolved prompt shows the model whatever the problem: its system and user text without the record's
+    fields, and its few-shot examples where the text places them (``{examples}``)."""
+    templates = [prompt["system"], prompt["user"]]
+    fields = {field for template in templates for _, field, _, _ in string.Formatter().parse(template or "") if field}
+    examples = [prompt["examples"]] if "examples" in fields and prompt["examples"] else []
+    return "\0".join([*(literal_text(template) for template in templates), *examples])
+
+
+def outside_calls(text: str, tags: Tags) -> str:
+    """``text`` without the calls it shows: each ``code_begin`` ... ``code_end``, with the output block after it
+    (whitespace between them allowed)."""
+    kept, position = [], 0
+    while (start := text.find(tags.code_begin, position)) >= 0:
+        end = text.find(tags.code_end, start + len(tags.code_begin))
+        if end < 0:
+            break
+        end += len(tags.code_end)
+        output = text.find(tags.code_output_begin, end)
+        if output >= 0 and not text[end:output].strip():
+            close = text.find(tags.code_output_end, output + len(tags.code_output_begin))
+            end = close + len(tags.code_output_end) if close >= 0 else end
+        kept.append(text[position:start])
+        position = end
+    kept.append(text[position:])
+    return "\0".join(kept)

@@ -280,7 +280,8 @@ def gather_warnings(
         warnings += sft_warnings(model, read_json(path), sections["sft"]["training"], thresholds)
     for model, cost in training_costs.items():
         if model not in sft_stats:  # an sft round's warning reads its data's stats (above)
-            warnings += training_warnings(model, cost, sections[cost["method"]], thresholds)
+            stats = read_json(training_data[model][1]) if model in training_data else None
+            warnings += training_warnings(model, cost, sections[cost["method"]], thresholds, stats)
     for model, benchmark in runs:
         metrics = summary[model][benchmark]
         warnings += metrics_warnings(model, benchmark, "eval split", metrics, thresholds, teacher=model == teacher)

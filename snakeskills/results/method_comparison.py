@@ -19,8 +19,9 @@ PAIRED_GAIN_OVER = "paired_gain_over"
 
 # the cost table's columns after model, method and round, each named with its unit, meaning the same in every row
 # and explained once under the table; each method's records column (sft_examples, dpo_pairs, kto_samples:
-# ``TrainingMethod.records``) comes after train_problems. A cell is blank where its column does not apply to the
-# row's method or its trainer did not record it; a column blank in every row is left out
+# ``TrainingMethod.records``, the records its trainer drew: ``records_trained``) comes after train_problems. A cell is
+# blank where its column does not apply to the row's method or its trainer did not record it; a column blank in every
+# row is left out
 COST_COLUMNS = {
     "problems_kept_by_pass_rate": "train problems whose pass rate under the previous model lies in the method's "
     "pass_rate (<method>.pass_rate), of all train problems (kept/all)",
@@ -38,9 +39,10 @@ COST_COLUMNS = {
 
 
 def training_cost(method: str, round_number: int, tuned_folder: str | Path, stats_path: str | Path) -> dict:
-    """A tuned model's cost, keyed by ``COST_COLUMNS`` and its method's records column (``TrainingMethod.records``),
-    from its data rule's stats.json (``stats_path``) and its trainer's training_metrics.json; a key whose column
-    does not apply to the method is left out, one its trainer did not record is ``None``."""
+    """A tuned model's cost, keyed by ``COST_COLUMNS`` and its method's records column (``TrainingMethod.records``:
+    the records its trainer drew, ``records_trained``), from its data rule's stats.json (``stats_path``) and its
+    trainer's training_metrics.json; a key whose column does not apply to the method is left out, one its trainer
+    did not record is ``None``."""
     metrics = read_json(Path(tuned_folder) / "training_metrics.json")
     stats = read_json(stats_path)
     entry = training_method(method)
@@ -49,7 +51,7 @@ def training_cost(method: str, round_number: int, tuned_folder: str | Path, stat
         cost["problems_kept_by_pass_rate"] = f"{stats['problems_in_pass_rate']}/{stats['problems']}"
     cost["train_problems"] = stats[entry.problems_stat]
     if entry.records is not None:
-        cost[entry.records.column] = stats[entry.records.stat]
+        cost[entry.records.column] = records_trained(metrics, stats[entry.records.stat])
     if entry.samples_while_training:
         cost["completions_sampled"] = metrics.get("completions_sampled")
     cost["train_tokens"] = trained_tokens(metrics)
@@ -57,6 +59,16 @@ def training_cost(method: str, round_number: int, tuned_folder: str | Path, stat
     runtime = metrics.get("train_runtime")
     cost["wall_seconds"] = None if runtime is None else round(float(runtime), 1)
     return cost
+
+
+def records_trained(metrics: dict, records: int) -> int:
+    """The distinct records of a round's data (``records`` of them) its trainer drew: all of them once it made a whole
+    pass over the data; for a fraction of a pass (``num_epochs`` below 1, or ``max_steps`` ending it first), that
+    fraction of them: the trainer's last logged ``epoch`` (passes made, counted in batches) times the records,
+    rounded, to within a batch (a pass's last batch is partial; with SFT's packing, a batch is of packed rows). All of
+    them where its metrics logged no epoch."""
+    epochs = [entry["epoch"] for entry in metrics.get("log_history", []) if "epoch" in entry]
+    return records if not epochs else min(records, round(epochs[-1] * records))
 
 
 def trained_tokens(metrics: dict) -> int | None:

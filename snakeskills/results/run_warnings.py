@@ -57,11 +57,16 @@ def sft_warnings(model: str, stats: dict, training: dict, thresholds: dict) -> l
     )
 
 
-def training_warnings(model: str, cost: dict, section: dict, thresholds: dict) -> list[str]:
+def training_warnings(model: str, cost: dict, section: dict, thresholds: dict, stats: dict | None = None) -> list[str]:
     """A trained round's warning from its cost (``method_comparison.training_cost``: its records, problems and the
-    steps its trainer took); ``section``: its method's config section (``dpo``, ``kto``, ``grpo``)."""
+    steps its trainer took); ``section``: its method's config section (``dpo``, ``kto``, ``grpo``). The records are
+    its data's (``stats``: its data rule's stats.json), not the share of them a fraction of an epoch drew (the cost
+    column), so that a short round is told to train longer, not to find more data."""
     entry = training_method(cost["method"])
-    records = cost[entry.records.column] if entry.records else cost["train_problems"]
+    if entry.records and stats is not None:
+        records = stats[entry.records.stat]
+    else:
+        records = cost[entry.records.column] if entry.records else cost["train_problems"]
     return round_warnings(
         model, cost["method"], records, cost["train_problems"], cost["optimizer_steps"], section, thresholds
     )

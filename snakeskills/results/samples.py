@@ -1,5 +1,7 @@
 """A few judged samples of each model and benchmark, to read beside the metrics: the problem, the generation, the
-extracted answer, the verdict and how the answer was found (``extraction_route``), correct and incorrect ones.
+extracted answer, the verdict and how the answer was found (``extraction_route``), correct and incorrect ones. A
+sample that called tools shows its calls (count, errors, timeouts, seconds, cost) and, in its generation, what the
+tools wrote (``tool_output_spans``) marked apart from what the model wrote.
 
 The choice is fixed by a seed: each (model, benchmark, split) and verdict draws from its own ``random.Random`` seeded
 with a string of the seed and those names, so the same results give the same samples on every machine and rerun,
@@ -9,7 +11,7 @@ and one that reads the chosen rows, so a large eval split is never held in memor
 
 Rendered as a standalone HTML page for the report (every text escaped: generations are untrusted) and as plain text
 for the terminal (``python3 -m snakeskills.cli samples``), where long texts can be cut to their start and end.
-About 500 lines: finding, choosing and both renderings stay in one module so that the report and the command show
+About 580 lines: finding, choosing and both renderings stay in one module so that the report and the command show
 the same samples by the same rules; the HTML page is the part to move out if it grows.
 """
 
@@ -26,6 +28,10 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, UNKNOWN, is_fallback
+from snakeskills.results.cost_metrics import COST, TOOL_CALL_LOG
+from snakeskills.results.tool_metrics import OVER_LIMIT, TOOL_CALLS, TOOL_ERRORS, TOOL_SECONDS, TOOL_TIMEOUTS
+from snakeskills.training.samples import trained_text
+from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, checked_spans
 
 CHOICE_SEED = 0
 PER_VERDICT = 2
@@ -299,8 +305,10 @@ def no_samples_message(groups: Sequence[SampleGroup], *, verdict: str = "all", r
 
 def sample_fields(sample: Sample) -> list[tuple[str, str]]:
     """(label, text) of what a sample shows, in reading order: the problem, its options (a multiple-choice row's, where
-    the problem does not hold them), the expected answer, the generation, the predicted answer (``-``: none found),
-    the route, the verdict; the LLM judge's judgement and a program's execution status where the record has them."""
+    the problem does not hold them), the expected answer, the generation (its tool outputs marked:
+    ``marked_generation``), its tool calls where it ran with tools (``tool_summary``), the predicted answer (``-``: none
+    found), the route, the verdict; the LLM judge's judgement and a program's execution status where the record has
+    them."""
     record = sample.record
     fields = [("problem", _text(record.get("problem")))]
     options = record.get("options")
@@ -308,10 +316,10 @@ def sample_fields(sample: Sample) -> list[tuple[str, str]]:
         fields.append(("options", _text(options)))
     if "expected_answer" in record:  # a code benchmark's rows have tests instead
         fields.append(("expected answer", _text(record["expected_answer"])))
-    fields += [
-        ("generation", _text(record.get("generation"))),
-        ("predicted answer", _text(record.get("predicted_answer"))),
-    ]
+    fields.append(("generation", marked_generation(record, sample_where(sample))))
+    if TOOL_CALLS in record:
+        fields.append(("tools", tool_summary(record)))
+    fields.append(("predicted answer", _text(record.get("predicted_answer"))))
     fields.append(("route", sample.route))
     verdict = verdict_name(sample.correct)
     if "judge_correct" in record:
@@ -324,6 +332,68 @@ def sample_fields(sample: Sample) -> list[tuple[str, str]]:
         error = record.get("execution_error")
         fields.append(("execution", _text(record["execution_status"]) + (f": {error}" if error else "")))
     return fields
+
+
+# around each tool output in a generation's text: what a tool wrote, not the model
+TOOL_OUTPUT_MARKS = ("[tool output]", "[end of tool output]")
+
+
+def sample_where(sample: Sample) -> str:
+    return f"{sample.file.path}: row {sample.row_number}"
+
+
+def generation_parts(record: dict, where: str) -> list[tuple[str, bool]]:
+    """A record's generation in order as (text, whether a tool wrote it), cut at its tool outputs
+    (``tool_output_spans``: ``[start, end)`` character spans, output tags included; spans outside the text are an
+    error naming ``where``); one part without them. With tool outputs, the text is the whole transcript the spans
+    mark: with parse_reasoning, the thinking included (``_full_generation``)."""
+    spans = record.get(TOOL_OUTPUT_SPANS) or []
+    if not spans:
+        return [(_text(record.get("generation")), False)]
+    text = trained_text(record)
+    parts, position = [], 0
+    for start, end in checked_spans(spans, text, f"{where}: {TOOL_OUTPUT_SPANS}"):
+        parts += [(text[position:start], False), (text[start:end], True)]
+        position = end
+    parts.append((text[position:], False))
+    return [(part, tool) for part, tool in parts if part]
+
+
+def marked_generation(record: dict, where: str) -> str:
+    """The generation with each tool output between ``TOOL_OUTPUT_MARKS``; an output's closing newline after its
+    mark, so that the model's next line starts a line."""
+    opening, closing = TOOL_OUTPUT_MARKS
+    marked = []
+    for part, tool in generation_parts(record, where):
+        if tool:
+            newline = "\n" if part.endswith("\n") else ""
+            part = f"{opening}{part.removesuffix(newline)}{closing}{newline}"
+        marked.append(part)
+    return "".join(marked)
+
+
+def tool_summary(record: dict) -> str:
+    """A tool-calling sample's calls in one line: how many (by tool where several tools were called), the failed and
+    timed-out ones, their seconds, the sample's cost where it has one, and whether it stopped at tools.max_calls;
+    a field the record lacks is left out."""
+    calls = record[TOOL_CALLS]
+    parts = [_count(calls, "call")]
+    by_tool = Counter(call["tool"] for call in record.get(TOOL_CALL_LOG) or [])
+    if len(by_tool) > 1:
+        parts[0] += " (" + ", ".join(f"{tool} {count}" for tool, count in by_tool.items()) + ")"
+    if record.get(TOOL_ERRORS) is not None:
+        parts.append(_count(record[TOOL_ERRORS], "error"))
+    if record.get(TOOL_TIMEOUTS) is not None:
+        parts.append(_count(record[TOOL_TIMEOUTS], "timeout"))
+    if record.get(TOOL_SECONDS) is not None:
+        parts.append(f"{record[TOOL_SECONDS]:g} s")
+    if record.get(COST) is not None:
+        parts.append(f"cost {record[COST]:g}")
+    return ", ".join(parts) + ("; stopped at tools.max_calls" if record.get(OVER_LIMIT) else "")
+
+
+def _count(count: int, unit: str) -> str:
+    return f"{count} {unit}{'' if count == 1 else 's'}"
 
 
 def sample_origin(sample: Sample) -> str:
@@ -407,6 +477,7 @@ h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 .sample.correct { border-color: #2e7d32; }
 .sample.incorrect { border-color: #c62828; }
 .sample h3 { font-size: 1em; margin: 0.3em 0; }
+.tool-output { background: #e3ecf7; border: 1px dashed #5b7fa6; }
 .verdict-correct { color: #2e7d32; }
 .verdict-incorrect { color: #c62828; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 0.3em 1em; margin: 0.5em 0; }
@@ -418,8 +489,15 @@ td, th { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }
 """
 
 
-def _html_value(label: str, text: str) -> str:
+def _html_value(label: str, text: str, sample: Sample) -> str:
     escaped = html.escape(text)
+    if label == "generation":  # tool outputs in a box of their own, not in the text marks
+        escaped = "".join(
+            f'<span class="tool-output" title="a tool\'s output">{html.escape(part)}</span>'
+            if tool
+            else html.escape(part)
+            for part, tool in generation_parts(sample.record, sample_where(sample))
+        )
     if label == "generation" and _is_long(text):
         lines = text.count("\n") + 1
         return (
@@ -432,7 +510,8 @@ def _html_value(label: str, text: str) -> str:
 def _html_sample(sample: Sample) -> str:
     verdict = verdict_name(sample.correct)
     items = "".join(
-        f"<dt>{html.escape(label)}</dt><dd>{_html_value(label, text)}</dd>" for label, text in sample_fields(sample)
+        f"<dt>{html.escape(label)}</dt><dd>{_html_value(label, text, sample)}</dd>"
+        for label, text in sample_fields(sample)
     )
     return (
         f'<div class="sample {verdict}"><h3><span class="verdict-{verdict}">{verdict}</span> '

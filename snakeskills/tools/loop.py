@@ -30,10 +30,10 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, truncate_at_stop
 from snakeskills.errors import SnakeskillsError
 from snakeskills.tools.price import FREE, Price
-from snakeskills.tools.protocol import Tags, output_block, pending_call, pending_tool_call
+from snakeskills.tools.protocol import Tags, ToolCall, output_parts, turn_call
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,20 @@ def tool_use(section: dict, *, key: str = "tools") -> ToolUse:
     )
 
 
+def ids_match_text(tokenizer, result: GenerationResult, stop: tuple[str, ...]) -> bool:
+    """Whether a result's token ids decode to its text and what ended it: nothing (its budget), its EOS, or one of the
+    stop strings ``stop`` (the token that wrote its end may run past it)."""
+    ids = list(result.token_ids)
+    decoded = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if not decoded.startswith(result.generation):
+        return False
+    ending = decoded[len(result.generation) :]
+    if not ending or (ids[-1] == tokenizer.eos_token_id and ending == tokenizer.decode(ids[-1:])):
+        return True
+    last = tokenizer.decode(ids[-1:], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return any(ending.startswith(end) and len(ending) < len(end) + len(last) for end in stop)
+
+
 def turn_seed(seed: int, turn: int) -> int:
     """The seed of a row's turn: the row's own for the first turn (a row that calls no tool is sampled as without
     tools), one made from it and the turn's number after."""
@@ -141,10 +155,14 @@ def turn_seed(seed: int, turn: int) -> int:
 class _Row:
     request: GenerationRequest
     text: str = ""
-    token_ids: list[int] | None = None  # the completion's exact ids, where the backend returns them
+    token_ids: list[int] | None = None  # the completion's exact ids (a backend that keeps them: ``ToolLoop.ids``)
     logprobs: list[float] = field(default_factory=list)
-    model_token: list[int] = field(default_factory=list)  # per completion id: 1 the model's, 0 a tool's
+    model_token: list[int] = field(default_factory=list)  # per completion id: 1 the model's, 0 the loop's
+    segments: list[tuple[str, bool]] = field(default_factory=list)  # text mode: (text, a tool's output) in order
     spans: list[list[int]] = field(default_factory=list)
+    turn_start: int = 0  # where the last turn's text starts
+    eos_left_out: bool = False  # ids mode: the last id is an EOS the text leaves out
+    reasoning: list[str] = field(default_factory=list)  # what a server split off each turn (reasoning_content)
     turns: int = 0
     tokens: int = 0
     calls: int = 0
@@ -159,13 +177,26 @@ class _Row:
 
 class ToolLoop:
     """A backend (``backend``) whose rows call a tool while they generate (``use``). ``generate`` returns the
-    backend's results with the whole transcript as ``generation`` and the tool statistics in ``tools``."""
+    backend's results with the whole transcript as ``generation`` and the tool statistics in ``tools``.
+
+    Ids mode (a backend that returns its token ids: hf, the shared model server): a row's completion is its token ids,
+    and its text is always their decoding with special tokens (a tag may be one), so the ids GRPO trains on decode to
+    the transcript the judge reads, and each later turn continues from the ids so far. Of a call's close the model's
+    tokens stay (a closing tag written whole or in part, the rest of a token that ran past it); the loop encodes what
+    it appends, the tags as the protocol's tokens and the tool's output as plain text (never a control token). A
+    finished row's ids end with what ended it, which its text leaves out: its EOS, or the tokens of the stop string
+    (the last may run past it): the model learns to stop, as TRL trains on them. Text mode (an OpenAI-compatible
+    server, vLLM): the backend's text, the stop string cut, and a later turn's token ids are the transcript encoded
+    piece by piece, the tool outputs as plain text."""
 
     def __init__(self, backend, use: ToolUse):
         self.backend, self.use = backend, use
         self.tools = use.tools()
         self.tags = {name: tool.tags for name, tool in self.tools.items()}
         self.reports_steps = getattr(backend, "reports_steps", False)
+        if hasattr(backend, "keep_tokens"):  # every turn's exact ids (their log-probabilities come with them)
+            backend.keep_tokens = True
+        self.ids = bool(getattr(backend, "keep_tokens", False))
 
     @property
     def forces_first_call(self) -> bool:
@@ -191,22 +222,26 @@ class ToolLoop:
             row = rows[index]
             for session in row.sessions.values():
                 session.close()
-            results[index] = self._result(row, finish_reason, error)
+            results[index] = self._result(row, finish_reason, error, sampling)
             if on_results is not None:
                 on_results([results[index]])
 
-        def submit(index: int, tool: str, call: str) -> None:
+        def submit(index: int, call: ToolCall) -> None:
             row = rows[index]
-            if tool not in row.sessions:
-                row.sessions[tool] = self.tools[tool].start(row.request.seed)
-            calls[pool.submit(row.sessions[tool].call, call)] = (index, tool)
+            if call.tool not in row.sessions:
+                row.sessions[call.tool] = self.tools[call.tool].start(row.request.seed)
+            calls[pool.submit(row.sessions[call.tool].call, call.text)] = (index, call)
 
         with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
             if self.use.first_call is not None:  # the always-ask baseline: each sample's first turn is a call
                 ready.clear()
                 for index, row in enumerate(rows):
-                    self._force_call(row, self.use.first_call)
-                    submit(index, self.use.first_call, row.request.forced_call)
+                    call = self._force_call(row, self.use.first_call)
+                    if call is None:  # max_calls 0: no call may run
+                        row.over_limit = True
+                        finish(index, "stop")
+                    else:
+                        submit(index, call)
             while ready or calls:
                 if ready:
                     batch, turn_requests = [], []
@@ -233,34 +268,57 @@ class ToolLoop:
                             row.over_limit = True
                             finish(index, "stop")
                         else:
-                            submit(index, *pending)
+                            submit(index, pending)
                 done = [future for future in calls if future.done()]
                 if not ready and not done and calls:
                     done = list(wait(calls, return_when=FIRST_COMPLETED).done)
                 for future in done:
-                    index, tool = calls.pop(future)
+                    index, call = calls.pop(future)
                     row = rows[index]
-                    self._append_output(row, tool, future.result())
+                    self._append_output(row, call, future.result())
                     if row.tokens >= sampling.max_new_tokens:
                         finish(index, "length")
                     else:
                         ready.append(index)
         return results
 
-    def _pending(self, row: _Row) -> tuple[str, str] | None:
-        """(tool, call) of the call the row's transcript ends with, read after its last tool output (an output may
-        hold another tool's tags)."""
-        after = row.spans[-1][1] if row.spans else 0
-        return pending_tool_call(row.text[after:], self.tags)
+    # ids and text
 
-    def _force_call(self, row: _Row, tool: str) -> None:
+    def _decode(self, ids) -> str:
+        """Token ids as the transcript's text: special tokens written out (a tag may be one)."""
+        return self.backend.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _encode(self, text: str, *, plain: bool) -> list[int]:
+        """Text the loop writes as token ids: a tool's output ``plain`` (text that reads as a special token stays
+        text), the tags as the protocol's tokens."""
+        if not text:
+            return []
+        return self.backend.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=plain)
+
+    def _pending(self, row: _Row) -> ToolCall | None:
+        """The call the row's transcript ends with, read after its last tool output (an output may hold another
+        tool's tags)."""
+        after = row.spans[-1][1] if row.spans else 0
+        return turn_call(row.text[after:], self.tags, past_end=self.ids)
+
+    def _force_call(self, row: _Row, tool: str) -> ToolCall | None:
         """Open the call ``tool`` of the row's problem (``forced_call``) as if the model had written it: the loop's
-        text, not the model's (its tokens are not the model's: the row's ids are the transcript's text encoded)."""
+        text, not the model's (its ids, where kept, are the loop's: masked out of any loss). None where ``max_calls``
+        is 0: the call is beyond the limit."""
         if row.request.forced_call is None:
             raise SnakeskillsError(f"tools.first_call {tool!r}: a request has no problem to call the tool with")
-        row.text = self.tags[tool].code_begin + row.request.forced_call
-        row.token_ids = None
         row.turns = 1
+        if self.use.max_calls <= 0:
+            return None
+        begin, call = self.tags[tool].code_begin, row.request.forced_call
+        if self.ids:
+            ids = self._encode(begin, plain=False) + self._encode(call, plain=True)
+            row.token_ids, row.logprobs, row.model_token = ids, [0.0] * len(ids), [0] * len(ids)
+            row.text = self._decode(ids)
+        else:
+            row.text = begin + call
+            row.segments = [(begin, False), (call, True)]
+        return ToolCall(tool, call)
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
         request = row.request
@@ -271,57 +329,102 @@ class ToolLoop:
             if row.token_ids is not None:
                 completion = row.token_ids
             else:
-                completion = self.backend.tokenizer.encode(row.text, add_special_tokens=False)
+                completion = [id_ for text, plain in row.segments for id_ in self._encode(text, plain=plain)]
             ids = (*request.prompt_token_ids, *completion)
             context = getattr(self.backend, "context_length", None)
             if context is not None:  # the tool outputs took room of the context: the turn gets what is left
                 budget = min(budget, context - len(ids))
             return dataclasses.replace(request, seed=seed, prompt_token_ids=ids, max_new_tokens=budget)
         if request.messages is not None:
-            return dataclasses.replace(request, seed=seed, assistant_prefix=row.text, max_new_tokens=budget)
+            prefix_ids = tuple(row.token_ids) if row.token_ids is not None else None
+            return dataclasses.replace(
+                request,
+                seed=seed,
+                assistant_prefix=row.text,
+                assistant_prefix_token_ids=prefix_ids,
+                max_new_tokens=budget,
+            )
         return dataclasses.replace(request, seed=seed, prompt=request.prompt + row.text, max_new_tokens=budget)
 
     def _absorb(self, row: _Row, turn: GenerationResult) -> None:
         row.turns += 1
-        text = turn.generation
-        if turn.finish_reason == "stop":
-            text = self._closed_call(row.text, text)
-        row.text += text
         row.tokens += turn.num_generated_tokens
-        if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
-            row.token_ids = [*(row.token_ids or []), *turn.token_ids]
-            row.logprobs += list(turn.logprobs or [0.0] * len(turn.token_ids))
-            row.model_token += [1] * len(turn.token_ids)
-        else:
-            row.token_ids = None
+        row.turn_start = len(row.text)
+        if turn.reasoning_content:
+            if turn_call(turn.reasoning_content, self.tags, past_end=True) is not None:
+                raise SnakeskillsError(
+                    "tools: the server split the model's reasoning off its answer (a reasoning parser) and the model "
+                    "called a tool while reasoning, which the loop cannot continue; serve the model without a "
+                    "reasoning parser (generation.parse_reasoning: true reads its reasoning in the client)"
+                )
+            row.reasoning.append(turn.reasoning_content)
+        if turn.finish_reason == "error":  # a soft failure: the row ends with what it has
+            return
+        if self.ids and turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
+            self._absorb_ids(row, turn)
+            return
+        if row.token_ids is not None or self.ids:
+            raise SnakeskillsError(f"tool loop: the {self.backend.name} backend returned a turn without its token ids")
+        row.text += turn.generation
+        row.segments.append((turn.generation, False))
 
-    def _closed_call(self, before: str, text: str) -> str:
-        """A turn's text with the end of a call it closed cut off, as the backends cut the stop string ``code_end``:
-        a server that keeps the stop string in its text (transformers serve), and a call closed without the stop
-        string's last newline (```` ``` ```` and then EOS: the fence is not part of the code)."""
-        for tags in self.tags.values():
-            for closing in dict.fromkeys((tags.code_end, tags.code_end.rstrip())):
-                if closing and text.endswith(closing) and pending_call(before + text[: -len(closing)], tags):
-                    return text[: -len(closing)]
-        return text
+    def _absorb_ids(self, row: _Row, turn: GenerationResult) -> None:
+        """A turn's ids joined to the row's: its text is the decoding of all of them, less an EOS that is not a tag
+        (a row that then calls a tool drops it: the call's close is the loop's)."""
+        ids = list(turn.token_ids)
+        before = row.token_ids or []
+        row.token_ids = [*before, *ids]
+        row.logprobs += list(turn.logprobs or [0.0] * len(ids))
+        row.model_token += [1] * len(ids)
+        row.eos_left_out = False
+        if turn.finish_reason == "stop" and ids and ids[-1] in self.backend.eos_token_ids:
+            eos_text = self._decode(ids[-1:])
+            with_eos = self._decode(row.token_ids)
+            after = row.spans[-1][1] if row.spans else 0
+            call = turn_call(with_eos[after:], self.tags, past_end=True)
+            written = self.tags[call.tool].code_end[: call.end_written] if call is not None else ""
+            if not (eos_text and written.endswith(eos_text) and with_eos.endswith(eos_text)):  # an EOS, not a tag
+                row.eos_left_out = True
+                row.text = self._decode(row.token_ids[:-1])
+                return
+            row.text = with_eos
+            return
+        row.text = self._decode(row.token_ids)
 
-    def _append_output(self, row: _Row, name: str, outcome) -> None:
+    def _append_output(self, row: _Row, call: ToolCall, outcome) -> None:
+        name = call.tool
         tool = self.tools[name]
-        tags = tool.tags
-        block = output_block(outcome.output, tags)
-        start = len(row.text) + len(tags.code_end)
-        row.text += block
+        opening, output, closing = output_parts(outcome.output, tool.tags, call.end_written)
+        if row.token_ids is not None:
+            if row.eos_left_out:  # the model ended inside its call: the call's close is the loop's
+                del row.token_ids[-1], row.logprobs[-1], row.model_token[-1]
+                row.eos_left_out = False
+            end_ids = self._encode(tool.tags.code_end[call.end_written :], plain=False)
+            block_ids = self._encode(tool.tags.code_output_begin, plain=False)
+            block_ids += self._encode(output, plain=True) + self._encode(closing, plain=False)
+            row.token_ids += end_ids
+            start = len(self._decode(row.token_ids))
+            row.token_ids += block_ids
+            appended = len(end_ids) + len(block_ids)
+            row.logprobs += [0.0] * appended
+            row.model_token += [0] * appended
+            row.text = self._decode(row.token_ids)
+        else:
+            start = len(row.text) + len(opening) - len(tool.tags.code_output_begin)
+            row.text += opening + output + closing
+            row.segments += [(opening, False), (output, True), (closing, False)]
         row.spans.append([start, len(row.text)])
         row.calls += 1
         row.timeouts += outcome.timeout
         row.errors += outcome.error
         row.seconds += outcome.seconds
-        if outcome.input_tokens is None and tool.price.per_input_token:
+        if outcome.input_tokens is None and tool.price.per_input_token and not outcome.refused:
             raise SnakeskillsError(
-                f"tools.models.{name}.price.per_input_token: the tool's backend did not say how many tokens its prompt "
-                "had (an OpenAI-compatible server that reports no usage), so the price of its calls cannot be counted"
+                f"tools.models.{name}.price.per_input_token: the tool's backend gave no count of the tokens its prompt "
+                "had, so the price of its calls cannot be counted"
             )
-        cost = tool.price.cost(outcome.input_tokens or 0, outcome.output_tokens)
+        # a call its model refused (a prompt too long) ran nothing and costs nothing
+        cost = 0.0 if outcome.refused else tool.price.cost(outcome.input_tokens or 0, outcome.output_tokens)
         row.cost += cost
         row.log.append(
             {
@@ -334,19 +437,14 @@ class ToolLoop:
                 "timeout": outcome.timeout,
             }
         )
-        if row.token_ids is not None:
-            # the ids of code_end came from the model (its stop string), the output block's are the tool's; a turn
-            # that ended with EOS inside its call leaves no EOS in the sequence: code_end is then the loop's too
-            appended = block[len(tags.code_end) :]
-            if row.token_ids and row.token_ids[-1] in getattr(self.backend, "eos_token_ids", ()):
-                del row.token_ids[-1], row.logprobs[-1], row.model_token[-1]
-                appended = block
-            tool_ids = self.backend.tokenizer.encode(appended, add_special_tokens=False)
-            row.token_ids += tool_ids
-            row.logprobs += [0.0] * len(tool_ids)
-            row.model_token += [0] * len(tool_ids)
 
-    def _result(self, row: _Row, finish_reason: str, error: str | None) -> GenerationResult:
+    def _result(self, row: _Row, finish_reason: str, error: str | None, sampling: SamplingParams) -> GenerationResult:
+        text = row.text
+        if finish_reason == "stop" and not row.eos_left_out:
+            # ended by a stop string (no call, or one past max_calls): the text leaves it out, the ids keep the
+            # tokens that wrote it
+            last, _ = truncate_at_stop(text[row.turn_start :], sampling.stop)
+            text = text[: row.turn_start] + last
         values = (row.calls, row.timeouts, round(row.seconds, 4), row.errors, row.over_limit, row.spans, row.log)
         stats = dict(zip(RECORD_FIELDS, values, strict=True))
         if self.use.priced:
@@ -359,10 +457,11 @@ class ToolLoop:
                 "model_token_mask": tuple(row.model_token),
             }
         return GenerationResult(
-            generation=row.text,
+            generation=text,
             num_generated_tokens=row.tokens,
             finish_reason=finish_reason,
             error=error,
+            reasoning_content="".join(row.reasoning) if row.reasoning else None,
             tools=stats,
             **details,
         )

@@ -10,7 +10,8 @@ alone), never loaded per job. One behind an OpenAI-compatible server is asked th
 In a job, the calls of every sample go to one ``AskedModel`` per tool, which sends the calls that wait at the same
 time as one batch (the tool loop runs ``tools.workers`` calls at once). Each call is sampled from a seed made from
 its sample's seed, the tool's name and the call's number (``call_seed``), so an answer does not depend on which
-calls share its batch, and a resumed job asks again what it asked before.
+calls share its batch, and a resumed job asks again what it asked before. A call waits at most
+``tools.timeout_seconds`` for its answer (a hung model times its calls out; the job goes on).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import hashlib
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass
 
-from snakeskills.tools.session import Ran, ToolSession, ToolSettings
+from snakeskills.errors import SnakeskillsError
+from snakeskills.tools.session import Ran, ToolSession, ToolSettings, timed_out
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def call_seed(seed: int, tool: str, call: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a caller that gave up takes its own entry off the queue
 class _Waiting:
     request: object
     result: object = None
@@ -63,8 +66,10 @@ class _Waiting:
 
 class AskedModel:
     """The model behind a model tool, in one process: its backend is built at the first call (a local model's
-    through its shared server) and answers the calls of every session; calls that arrive while a batch is out go
-    together in the next one."""
+    through its shared server) and answers the calls of every session. One batch is out at a time, sent from a
+    thread of its own; calls that arrive while it is out go together in the next one, sent as soon as it is back.
+    A caller waits at most its timeout: a call not answered by then is given up (taken off the queue if it was not
+    sent; if its batch is out, its answer is dropped when the batch comes back)."""
 
     def __init__(self, settings: ModelToolSettings):
         self.settings = settings
@@ -89,39 +94,73 @@ class AskedModel:
         )
         self.sampling = sampling_from_config(generation["sampling"], self.settings.prompt)
 
-    def ask(self, text: str, seed: int):
-        """The model's answer (a ``GenerationResult``) to ``text`` put in its prompt as the problem."""
+    def ask(self, text: str, seed: int, timeout: float | None = None):
+        """The model's answer (a ``GenerationResult``) to ``text`` put in its prompt as the problem; None where it
+        did not come within ``timeout`` seconds of the call (counted once the backend is built: a shared server's
+        load is not the call's). An error of the backend on the call's batch is raised to every caller of it."""
         from snakeskills.backends import build_request
 
         with self._lock:
             if self.backend is None:
                 self._build()
+            deadline = None if timeout is None else time.monotonic() + timeout
             waiting = _Waiting(build_request(self.backend, self.settings.prompt, {"problem": text}, seed))
             self._queue.append(waiting)
-            while not waiting.done and self._busy:
-                self._lock.wait()
-            if waiting.done:
-                return self._outcome(waiting)
-            self._busy, batch, self._queue = True, self._queue, []
-        try:
-            results = self.backend.generate([item.request for item in batch], self.sampling)
-        except BaseException as error:  # every caller of the batch sees it
-            results, failure = [None] * len(batch), error
-        else:
-            failure = None
-        results = [_counted(item.request, result) for item, result in zip(batch, results, strict=True)]
-        with self._lock:
-            for item, result in zip(batch, results, strict=True):
-                item.result, item.error, item.done = result, failure, True
-            self._busy = False
-            self._lock.notify_all()
-        return self._outcome(waiting)
-
-    @staticmethod
-    def _outcome(waiting: _Waiting):
+            if not self._busy:
+                self._send()
+            while not waiting.done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    if waiting in self._queue:
+                        self._queue.remove(waiting)  # not sent: the next batch goes without it
+                    return None
+                self._lock.wait(left)
         if waiting.error is not None:
             raise waiting.error
         return waiting.result
+
+    def _send(self) -> None:
+        """Send the queued calls as one batch, from a thread of its own (called with the lock held)."""
+        batch, self._queue = self._queue, []
+        self._busy = True
+        thread = threading.Thread(
+            target=self._answer, args=(batch,), name=f"model tool {self.settings.name}", daemon=True
+        )
+        try:
+            thread.start()
+        except BaseException as error:  # no thread to send it: the batch's callers see why
+            self._finish(batch, None, error)
+
+    def _answer(self, batch: list[_Waiting]) -> None:
+        """The batch thread: ask the backend, then hand each caller its result, or the error, whatever it was."""
+        results, failure = None, None
+        try:
+            results = self.backend.generate([item.request for item in batch], self.sampling)
+            if len(results) != len(batch):
+                raise SnakeskillsError(
+                    f"tools.models.{self.settings.name}: the model's backend answered a batch of {len(batch)} calls "
+                    f"with {len(results)} results"
+                )
+            results = [_counted(item.request, result) for item, result in zip(batch, results, strict=True)]
+        except BaseException as error:  # every caller of the batch sees it
+            failure = error
+        finally:
+            with self._lock:
+                self._finish(batch, results, failure)
+
+    def _finish(self, batch: list[_Waiting], results: list | None, failure: BaseException | None) -> None:
+        """Mark the batch answered and not busy, wake its callers, and send the calls that queued meanwhile (called
+        with the lock held)."""
+        try:
+            for index, item in enumerate(batch):
+                item.result = None if failure is not None else results[index]
+                item.error = failure
+                item.done = True
+        finally:
+            self._busy = False
+            self._lock.notify_all()
+            if self._queue:
+                self._send()
 
     def close(self) -> None:
         if self.backend is not None and hasattr(self.backend, "close"):
@@ -151,8 +190,10 @@ def asked_model(settings: ModelToolSettings) -> AskedModel:
 
 class ModelToolSession(ToolSession):
     """A sample's calls of a model tool: each is a fresh question (the model sees only the call's text in its
-    prompt, none of the sample's earlier calls), sampled from ``call_seed``. A call whose answer the backend could
-    not give (a prompt too long for the model) is a failed call with the reason as its output."""
+    prompt, none of the sample's earlier calls), sampled from ``call_seed``. A call whose answer the backend
+    refused to give (a prompt too long for the model) is a failed, refused call (``Ran.refused``) with the reason
+    as its output and no tokens; one not answered within ``tools.timeout_seconds`` (its wait for a batch
+    included) is a timed-out call."""
 
     def __init__(self, settings: ToolSettings, model: ModelToolSettings, seed: int):
         super().__init__(settings)
@@ -161,8 +202,11 @@ class ModelToolSession(ToolSession):
     def run(self, text: str) -> Ran:
         seed = call_seed(self.seed, self.model.name, self.calls)
         self.calls += 1
-        result = asked_model(self.model).ask(text, seed)
+        seconds = self.settings.timeout_seconds
+        result = asked_model(self.model).ask(text, seed, timeout=seconds)
+        if result is None:
+            return Ran(timed_out(seconds), timeout=True)
         if result.finish_reason == "error":
-            output = result.error or "the model gave no answer"
-            return Ran(output, error=True, input_tokens=result.num_prompt_tokens, output_tokens=0)
+            reason = result.error or "no reason given"
+            return Ran(f"The model refused the call: {reason}", error=True, refused=True)
         return Ran(result.generation, input_tokens=result.num_prompt_tokens, output_tokens=result.num_generated_tokens)

@@ -78,12 +78,59 @@ def pending_tool_call(text: str, tags_by_tool: dict[str, Tags]) -> tuple[str, st
     return None if found is None else (found[1], found[2])
 
 
-def output_block(output: str, tags: Tags) -> str:
-    """What the loop appends after a call: ``code_end`` (the backends cut it), then the output in its tags; in tags
-    that open a block of lines (``code_output_begin`` ends with a newline: ```output), on lines of its own."""
+@dataclass(frozen=True)
+class ToolCall:
+    """A call a turn of the model made: the tool, the text that runs, and how many characters of the tool's
+    ``code_end`` the model wrote itself (all of it where it wrote the stop string, the tag without its last newline
+    before EOS, none where the backend cut the stop string or the model ended inside the call); the loop writes the
+    rest of the tag."""
+
+    tool: str
+    text: str
+    end_written: int = 0
+
+
+def turn_call(text: str, tags_by_tool: dict[str, Tags], *, past_end: bool = False) -> ToolCall | None:
+    """The call the text after a transcript's last tool output ends with, among tools each with its own tags (the one
+    opened last), or None. The call is open (the backend cut the stop string ``code_end``, or the model ended inside
+    the block), closed by ``code_end`` the model wrote (a text that keeps its stop string; token ids, whose last token
+    may run past it: what follows the tag stays the model's), or closed by the tag without its last newline before
+    EOS (a fence that is not code). ``past_end``: text may follow a ``code_end`` the model wrote (decoded token ids:
+    the token that completed the stop string ran past it); else a closed call ends the text."""
+    found = None
+    for name, tags in tags_by_tool.items():
+        start = text.rfind(tags.code_begin)
+        if start < 0 or text.rfind(tags.code_output_begin) > start:
+            continue
+        body = text[start + len(tags.code_begin) :]
+        end = body.find(tags.code_end)
+        if end >= 0:
+            if not past_end and end + len(tags.code_end) < len(body):
+                continue
+            call = ToolCall(name, body[:end], len(tags.code_end))
+        else:
+            partial = tags.code_end.rstrip()
+            written = len(partial) if partial and partial != tags.code_end and body.endswith(partial) else 0
+            call = ToolCall(name, body[: len(body) - written], written)
+        if found is None or start > found[0]:
+            found = (start, call)
+    return None if found is None else found[1]
+
+
+def output_parts(output: str, tags: Tags, end_written: int = 0) -> tuple[str, str, str]:
+    """What the loop appends after a call, in three parts: the rest of ``code_end`` the model did not write and the
+    output's opening tag, the output, its closing tag. In tags that open a block of lines (``code_output_begin`` ends
+    with a newline: ```output) the output sits on lines of its own. The tags are the protocol's (a tag may be a
+    special token); the output is the tool's text, never a control token."""
     if tags.code_output_begin.endswith("\n") and output and not output.endswith("\n"):
         output += "\n"
-    return f"{tags.code_end}{tags.code_output_begin}{output}{tags.code_output_end}"
+    return tags.code_end[end_written:] + tags.code_output_begin, output, tags.code_output_end
+
+
+def output_block(output: str, tags: Tags) -> str:
+    """What the loop appends after a call the backend cut at ``code_end``: the tag, then the output in its tags
+    (``output_parts``)."""
+    return "".join(output_parts(output, tags))
 
 
 def output_spans(text: str, tags: Tags) -> list[tuple[int, int]]:

@@ -35,6 +35,9 @@ class ToolResult:
     # a model tool's tokens: of the prompt it read (None where its backend does not say) and of its answer
     input_tokens: int | None = 0
     output_tokens: int = 0
+    # a model tool's call that its backend refused before any work (a prompt too long for the model's context):
+    # ``error`` holds too, the output says why, and no token was read or written
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Ran:
     timeout: bool = False
     input_tokens: int | None = 0
     output_tokens: int = 0
+    refused: bool = False  # see ``ToolResult.refused``
 
 
 def cut_output(output: str, max_characters: int) -> str:
@@ -80,7 +84,7 @@ class ToolSession(abc.ABC):
         ran = self.run(text)
         output = cut_output(ran.output, self.settings.max_output_characters)
         seconds = time.monotonic() - started
-        return ToolResult(output, ran.error, ran.timeout, seconds, ran.input_tokens, ran.output_tokens)
+        return ToolResult(output, ran.error, ran.timeout, seconds, ran.input_tokens, ran.output_tokens, ran.refused)
 
     @abc.abstractmethod
     def run(self, text: str) -> Ran:

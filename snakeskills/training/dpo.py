@@ -14,6 +14,7 @@ import logging
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
+from snakeskills.training import trl_names
 from snakeskills.training.rounds import RoundRun, run_round
 from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, LossMaskedTrainer, fill_loss_masks
 from snakeskills.training.trainer import (
@@ -27,6 +28,21 @@ logger = logging.getLogger(__name__)
 
 
 SIDES = ("chosen", "rejected")
+# the private methods of TRL's DPOTrainer that TokenizedDPOTrainer overrides: the parameters it passes, and why
+OVERRIDDEN = {
+    "_prepare_dataset": (
+        ("dataset", "processing_class", "args", "dataset_name"),
+        "overrides to train on the pairs' token ids as generation encoded them",
+    ),
+    "_compute_loss": (
+        ("model", "inputs", "return_outputs"),
+        "overrides to project only the answers' positions onto the vocabulary",
+    ),
+    "compute_ref_log_probs": (
+        ("model", "inputs"),
+        "overrides to project only the answers' positions onto the vocabulary",
+    ),
+}
 
 
 def tokenize_pairs(records: list[dict], tokenizer, run: RoundRun) -> list[dict]:
@@ -55,8 +71,11 @@ def dpo_trainer_class():
     in each step or precomputed) project only the answers' positions onto the vocabulary
     (``completion_positions_only``). Rows with loss masks (``chosen_loss_mask``, ``rejected_loss_mask``) leave the
     tools' tokens out of the completion mask its collator builds (``tool_masks.LossMaskedTrainer``), which every
-    sum of log-probabilities reads: the policy's, the reference's, RPO's NLL term."""
+    sum of log-probabilities reads: the policy's, the reference's, RPO's NLL term. The private TRL names it overrides
+    are checked first (``trl_names``)."""
     from trl import DPOTrainer
+
+    trl_names.require_methods(DPOTrainer, OVERRIDDEN)
 
     class TokenizedDPOTrainer(LossMaskedTrainer, DPOTrainer):
         LOSS_MASKED = {"completion_mask": tuple(f"{side}_ids" for side in SIDES)}

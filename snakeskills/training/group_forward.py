@@ -9,7 +9,7 @@ The completions' pass takes the prompt's last token with it, so the first comple
 from TRL's own fused LM head like every other (its temperature, its float32 projection, only the scored positions).
 Anything this does not cover (images, a MoE's auxiliary loss, activation checkpointing, which would recompute the
 cache's updates, and several processes, whose DDP wrapper has not been checked with two forwards before a backward)
-goes through TRL's own forward."""
+goes through TRL's own forward (``trl_forward_reason`` says why; the trainer logs each path it takes once a round)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,31 @@ def groups_share_prompts(input_ids, attention_mask, logits_to_keep: int) -> bool
         return False
     distinct, copies = prompt_copies(input_ids, attention_mask, logits_to_keep)
     return len(distinct) < len(copies)
+
+
+def trl_forward_reason(
+    model, input_ids, attention_mask, logits_to_keep: int, *, processes: int, compute_aux_loss: bool, inputs: dict
+) -> str | None:
+    """Why a batch goes through TRL's own forward rather than ``shared_prompt_logps``, in words (None: it need not).
+    ``inputs``: the forward's other model inputs (images), ``processes``: the training processes."""
+    if compute_aux_loss:
+        return "the model's auxiliary loss (a MoE's router loss) is asked for"
+    extra = sorted(name for name, value in inputs.items() if value is not None)
+    if extra:
+        return f"the batch has model inputs the shared prompt does not cover ({', '.join(extra)})"
+    if checkpointing(model):
+        return (
+            "gradient checkpointing is on (grpo.training.gradient_checkpointing): the backward would recompute the "
+            "shared prompt's cache"
+        )
+    if processes > 1:
+        return (
+            f"{processes} training processes (sft.processes): DDP's wrapper is not checked with two forwards before "
+            "a backward"
+        )
+    if not groups_share_prompts(input_ids, attention_mask, logits_to_keep):
+        return "no two rows of the batch share a prompt"
+    return None
 
 
 def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool, autocast):

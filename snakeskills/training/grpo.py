@@ -1,8 +1,8 @@
 """GRPO's trainer: online RL on TRL's ``GRPOTrainer``. Each step samples ``num_generations`` completions of each of its
 train problems (``rl_problems.write_rl_problems``) from the model being trained, and rewards each with the
 benchmark's own rule-based judge (``judge.judge_records``: the verdict the judge stage would give the same text),
-plus optional answer-format and length terms; a LoRA adapter (the reference is the model with the adapter off) or
-every weight is trained.
+plus optional answer-format, length and tool terms (``grpo_rewards``); a LoRA adapter (the reference is the model
+with the adapter off) or every weight is trained.
 
 Prompts are encoded exactly as generation encodes them (``prompts.encode_messages``), not re-rendered by the
 trainer, so the policy is trained on the inputs it is evaluated on."""
@@ -11,107 +11,30 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
-from snakeskills.generation.model_job import text_fields
 from snakeskills.io import iter_jsonl
+from snakeskills.judging.extraction_routes import ROUTES, is_fallback
 from snakeskills.prompts import encode_messages
-from snakeskills.training.group_forward import checkpointing, groups_share_prompts, shared_prompt_logps
+from snakeskills.training import trl_names
+from snakeskills.training.group_forward import shared_prompt_logps, trl_forward_reason
+from snakeskills.training.grpo_rewards import (
+    CREDITED,
+    CREDITED_BY_FALLBACK,
+    REWARD_TERMS,
+    TRL_TOOL_MASK,
+    JudgeRewards,
+    credited_counts_of,
+    reward_weight,
+    reward_weights,
+)
 from snakeskills.training.rollouts import BackendRollouts
 from snakeskills.training.rounds import RoundRun, run_round
 from snakeskills.training.trainer import check_batch_divides, completion_positions_only, tokenized_trainer
 
 logger = logging.getLogger(__name__)
-
-# the reward terms, in the order their weights are given to the trainer (grpo.rewards)
-REWARD_TERMS = ("correct", "answer_format", "length", "tool_calls", "tool_seconds", "tool_cost", "tool_preference")
-# the terms whose config value is a table of weights by tool, not one weight: the trainer weighs them by 1
-TOOL_TABLE_TERMS = ("tool_preference",)
-
-
-class JudgeRewards:
-    """The reward terms of a batch of completions, from one judging of each completion: ``correct`` (1 when the
-    benchmark's judge says correct), ``answer_format`` (1 when it reads an answer), ``length`` (the completion's
-    tokens as a share of ``max_new_tokens``). ``judges``: each benchmark's judge section; ``reasoning``: the
-    student's parse_reasoning settings (the judge reads the answer after the thinking, as for generated samples)."""
-
-    def __init__(
-        self,
-        judges: dict[str, dict],
-        reasoning: dict,
-        max_new_tokens: int,
-        num_workers: int,
-        tool_preference: dict[str, float] | None = None,
-    ):
-        self.judges, self.reasoning = judges, reasoning
-        self.tool_preference = tool_preference or {}
-        self.max_new_tokens, self.num_workers = max_new_tokens, num_workers
-        # the last batch's completions (held, so that no other list can take their identity) and verdicts
-        self._batch: tuple[list[str], list[dict]] | None = None
-
-    def judged(self, completions: list[str], rows: list[str], spans: list | None = None) -> list[dict]:
-        """The batch's records judged (once per batch: every term reads the same verdicts). With tools,
-        ``completions`` are the rollouts' transcripts and ``spans`` their tool outputs' (the judge reads the answer
-        after the last)."""
-        from snakeskills.judging.judge import judge_records
-
-        if self._batch is not None and self._batch[0] is completions:
-            return self._batch[1]
-        records = [
-            {**json.loads(row), **text_fields(completion, "generation", self.reasoning)}
-            for completion, row in zip(completions, rows, strict=True)
-        ]
-        if spans is not None:
-            for record, row_spans in zip(records, spans, strict=True):
-                record["tool_output_spans"] = row_spans
-        judged: list[dict | None] = [None] * len(records)
-        for benchmark, judge in self.judges.items():
-            indices = [index for index, record in enumerate(records) if record["benchmark"] == benchmark]
-            if indices:
-                verdicts = judge_records([records[i] for i in indices], judge, num_workers=self.num_workers)
-                for index, record in zip(indices, verdicts, strict=True):
-                    judged[index] = record
-        missing = [records[i]["benchmark"] for i, record in enumerate(judged) if record is None]
-        if missing:
-            raise SnakeskillsError(f"no judge for benchmark {missing[0]!r} of a GRPO problem")
-        self._batch = (completions, judged)
-        return judged
-
-    def functions(self) -> list:
-        """One reward function per term (TRL logs each as rewards/<name>)."""
-
-        def judged(completions, row, transcript=None, tool_output_spans=None, **_):
-            if transcript is not None:  # tool rollouts: TRL's decoded completions hold the tool outputs unmarked
-                return self.judged(transcript, row, tool_output_spans)
-            return self.judged(completions, row)
-
-        def correct(prompts, completions, completion_ids, row, **extra):
-            return [float(record["symbolic_correct"]) for record in judged(completions, row, **extra)]
-
-        def answer_format(prompts, completions, completion_ids, row, **extra):
-            return [float(record["predicted_answer"] is not None) for record in judged(completions, row, **extra)]
-
-        def length(prompts, completions, completion_ids, row, model_tokens=None, **_):
-            if model_tokens is not None:  # tool rollouts: the model's own tokens, not the tools' outputs
-                return [tokens / self.max_new_tokens for tokens in model_tokens]
-            return [len(ids) / self.max_new_tokens for ids in completion_ids]
-
-        def tool_calls(prompts, completions, completion_ids, row, tool_calls=None, **_):
-            return [float(calls) for calls in tool_calls] if tool_calls is not None else [0.0] * len(completions)
-
-        def tool_seconds(prompts, completions, completion_ids, row, tool_seconds=None, **_):
-            return [float(time) for time in tool_seconds] if tool_seconds is not None else [0.0] * len(completions)
-
-        def tool_cost(prompts, completions, completion_ids, row, tool_cost=None, **_):
-            return [float(cost) for cost in tool_cost] if tool_cost is not None else [0.0] * len(completions)
-
-        def tool_preference(prompts, completions, completion_ids, row, tool_call_log=None, **_):
-            if tool_call_log is None:
-                return [0.0] * len(completions)
-            return [sum(self.tool_preference.get(call["tool"], 0.0) for call in log) for log in tool_call_log]
-
-        return [correct, answer_format, length, tool_calls, tool_seconds, tool_cost, tool_preference]
 
 
 def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict):
@@ -135,6 +58,11 @@ def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, cha
     return rows, prompt_ids
 
 
+# the attributes of TRL's RepeatSampler that EpochRepeatSampler reads (its constructor's arguments first) or sets
+SAMPLER_ARGUMENTS = ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed")
+SAMPLER_STATE = ("num_samples", "generator")
+
+
 def epoch_sampler_class():
     """TRL's ``RepeatSampler`` whose order in epoch e is a function of its seed and e alone: the order TRL's sampler
     draws in epoch e of an uninterrupted run (its generator, seeded once, carries on from epoch to epoch: epoch e takes
@@ -144,6 +72,11 @@ def epoch_sampler_class():
     the run's first epochs again."""
     import torch
     from trl.trainer.utils import RepeatSampler
+
+    shuffled = RepeatSampler(data_source=[0], mini_repeat_count=1, batch_size=1, repeat_count=1, shuffle=True, seed=0)
+    trl_names.require_attributes(
+        shuffled, SAMPLER_ARGUMENTS + SAMPLER_STATE, "reads to draw each epoch's order of problems from the seed"
+    )
 
     class EpochRepeatSampler(RepeatSampler):
         epoch = 0
@@ -162,18 +95,63 @@ def epoch_sampler_class():
     return EpochRepeatSampler
 
 
+# the private methods of TRL's GRPOTrainer that TokenizedGRPOTrainer overrides: the parameters it passes, and why
+OVERRIDDEN = {
+    "_tokenize_prompts": (("prompts",), "overrides to give the prompts' token ids as generation encodes them"),
+    "_get_per_token_logps_and_entropies": (
+        (
+            "model",
+            "input_ids",
+            "attention_mask",
+            "logits_to_keep",
+            "batch_size",
+            "compute_entropy",
+            "compute_aux_loss",
+        ),
+        "overrides to compute each group's prompt once",
+    ),
+    "_get_train_sampler": (("dataset",), "overrides to draw each epoch's order of problems from the seed"),
+}
+
+
 def grpo_trainer_class():
     """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
     text for it to tokenize, whose problems come in each epoch's order however the run was interrupted and
     resumed (``epoch_sampler_class``), and whose forwards compute each group's prompt once
-    (``group_forward.shared_prompt_logps``) and project only the completions' positions onto the vocabulary
-    (``trainer.completion_positions_only``)."""
+    (``group_forward.shared_prompt_logps``, each path taken logged once with its reason) and project only the
+    completions' positions onto the vocabulary (``trainer.completion_positions_only``). With ``judge_rewards`` (the
+    correct term's ``JudgeRewards``), each logged step counts the completions it rewarded and those a fallback
+    extraction credited (``CREDITED``, ``CREDITED_BY_FALLBACK``). The private TRL names it overrides or reads are
+    checked first (``trl_names``)."""
     from trl import GRPOTrainer
 
+    trl_names.require_methods(GRPOTrainer, OVERRIDDEN)
     sampler_class = epoch_sampler_class()
 
     class TokenizedGRPOTrainer(GRPOTrainer):
         prompt_token_ids: dict[str, list[int]] = {}
+        judge_rewards: JudgeRewards | None = None
+
+        def __init__(self, *arguments, **keywords):
+            # the forwards logged this round: (with gradients, why TRL's own; None: the shared prompt's)
+            self.forward_paths: set[tuple[bool, str | None]] = set()
+            super().__init__(*arguments, **keywords)
+
+        def log_forward_path(self, reason: str | None) -> None:
+            """Say once a round which forward computes the log-probabilities, with gradients (the policy's) and
+            without (the reference's, the old policy's), and why TRL's own."""
+            import torch
+
+            path = (torch.is_grad_enabled(), reason)
+            if path in self.forward_paths:
+                return
+            self.forward_paths.add(path)
+            if self.accelerator.is_main_process:
+                forwards = f"GRPO forwards {'with' if path[0] else 'without'} gradients"
+                if reason is None:
+                    logger.info("%s: each group's prompt computed once (group_forward.shared_prompt_logps)", forwards)
+                else:
+                    logger.info("%s: TRL's own, over whole sequences, since %s", forwards, reason)
 
         def _tokenize_prompts(self, prompts):
             return [list(self.prompt_token_ids[prompt]) for prompt in prompts], None, {}
@@ -192,13 +170,17 @@ def grpo_trainer_class():
             import torch
 
             with completion_positions_only():  # the policy's, the reference's and the old policy's forwards
-                if (
-                    compute_aux_loss
-                    or any(value is not None for value in inputs.values())
-                    or checkpointing(model)
-                    or self.accelerator.num_processes > 1  # DDP: one forward per backward, not checked with two
-                    or not groups_share_prompts(input_ids, attention_mask, logits_to_keep)
-                ):
+                reason = trl_forward_reason(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    processes=self.accelerator.num_processes,
+                    compute_aux_loss=compute_aux_loss,
+                    inputs=inputs,
+                )
+                self.log_forward_path(reason)
+                if reason is not None:
                     return super()._get_per_token_logps_and_entropies(
                         model,
                         input_ids,
@@ -227,8 +209,7 @@ def grpo_trainer_class():
 
         def _get_train_sampler(self, dataset=None):
             sampler = super()._get_train_sampler(dataset)
-            keys = ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed")
-            self.epoch_sampler = sampler_class(**{key: getattr(sampler, key) for key in keys})
+            self.epoch_sampler = sampler_class(**{key: getattr(sampler, key) for key in SAMPLER_ARGUMENTS})
             return self.epoch_sampler
 
         def get_train_dataloader(self):
@@ -239,6 +220,27 @@ def grpo_trainer_class():
             if hasattr(loader, "set_sampler"):
                 loader.set_sampler(self.epoch_sampler)
             return loader
+
+        def log(self, logs, start_time=None):
+            if "loss" in logs and self.judge_rewards is not None:  # a step's line (every process logs it)
+                logs.update(self.credited_counts())
+            super().log(logs, start_time)
+
+        def credited_counts(self) -> dict[str, int]:
+            """The completions the correct term rewarded since the last logged step, over every process, and those
+            a fallback extraction credited (in all and by route, the routes that credited any)."""
+            import torch
+
+            fallbacks = [route for route in ROUTES if is_fallback(route)]
+            routes = self.judge_rewards.take_credited()
+            counts = torch.tensor(
+                [len(routes), *(routes.count(route) for route in fallbacks)], device=self.accelerator.device
+            )
+            counts = self.accelerator.reduce(counts, reduction="sum").tolist()
+            logged = {CREDITED: counts[0], CREDITED_BY_FALLBACK: sum(counts[1:])}
+            by_route = zip(fallbacks, counts[1:], strict=True)
+            logged.update({f"{CREDITED_BY_FALLBACK}/{route}": count for route, count in by_route if count})
+            return logged
 
         @property
         def completions_sampled(self) -> int:
@@ -327,14 +329,18 @@ def train(
         functions = dict(zip(REWARD_TERMS, reward.functions(), strict=True))
         trainer_class = grpo_trainer_class()
         trainer_class.prompt_token_ids = prompt_ids
+        trainer_class.judge_rewards = reward if "correct" in terms else None
         reward_funcs = [functions[term] for term in terms]
         extra = {}
         if sampler == "hf":
             batch = arguments.per_device_train_batch_size * arguments.steps_per_generation
             use = None
             if tools is not None:
+                from trl import GRPOTrainer
+
                 from snakeskills.tools.loop import tool_use
 
+                trl_names.require_key(GRPOTrainer, TRL_TOOL_MASK, "gives as the mask of the tools' tokens")
                 use = tool_use(tools)
             extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch, tools=use)
         trainer = tokenized_trainer(
@@ -343,19 +349,17 @@ def train(
         trainer.add_callback(saving_at_samplings(sampling_cycle(arguments)))
         return trainer, resume_from, len(rows)
 
-    return run_round(run, "grpo", build)
-
-
-def reward_weights(rewards: dict, term: str) -> list[float]:
-    """The weights a term's config value holds: its one weight, or a table's (``TOOL_TABLE_TERMS``) by tool."""
-    if term in TOOL_TABLE_TERMS:
-        return [float(weight) for weight in (rewards.get(term) or {}).values()]
-    return [float(rewards.get(term) or 0)]
-
-
-def reward_weight(rewards: dict, term: str) -> float:
-    """The trainer's weight of a term: its config value, or 1 for a table by tool (whose weights the term holds)."""
-    return 1.0 if term in TOOL_TABLE_TERMS else float(rewards[term])
+    metrics = run_round(run, "grpo", build)
+    counts = credited_counts_of(metrics["log_history"])
+    if counts.get("fallback_credited") and os.environ.get("RANK", "0") == "0":  # the main process says it
+        routes = ", ".join(f"{count} by {route}" for route, count in counts["fallback_credited_by_route"].items())
+        logger.info(
+            "%d of the %d completions the correct term rewarded were credited by a fallback extraction (%s)",
+            counts["fallback_credited"],
+            counts["credited"],
+            routes,
+        )
+    return metrics
 
 
 def sampling_cycle(arguments) -> int:
@@ -366,15 +370,28 @@ def sampling_cycle(arguments) -> int:
 
 
 def saving_at_samplings(cycle: int):
-    """A callback (the trainer's last) that lets a checkpoint be saved only at a step where a new sampling starts:
-    the completions sampled for the steps after it are not in the checkpoint, so a run resumed between two samplings
-    would sample again from newer weights. A save due by steps or by time waits for the next such step."""
+    """A callback (the trainer's last) that lets a checkpoint be saved only at a step where a new sampling starts
+    (every ``cycle`` steps): the completions sampled for the steps after it are not in the checkpoint, so a run
+    resumed between two samplings would sample again from newer weights. A save due by steps or by time in between
+    is saved at the next such step (or, at the last step, with the trained model)."""
     from transformers import TrainerCallback
 
     class SaveAtSamplings(TrainerCallback):
+        def __init__(self):
+            self.due = False  # a save asked for since the last sampling
+
         def on_step_end(self, args, state, control, **kwargs):
-            if control.should_save and state.global_step % cycle and state.global_step < state.max_steps:
+            if state.global_step >= state.max_steps:
+                return control
+            if state.global_step % cycle:
+                self.due = self.due or control.should_save
                 control.should_save = False
+            elif self.due and not control.should_training_stop:  # stopping: the trained model is saved instead
+                control.should_save = True
+            return control
+
+        def on_save(self, args, state, control, **kwargs):
+            self.due = False
 
     return SaveAtSamplings()
 

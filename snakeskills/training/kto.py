@@ -73,6 +73,18 @@ def kto_trainer_class():
     (``tool_masks.LossMaskedTrainer``), which the policy's, the reference's and the KL estimate's sums read."""
     from trl import KTOTrainer
 
+    from snakeskills.training import trl_names
+
+    trl_names.require_methods(
+        KTOTrainer,
+        {
+            "_prepare_dataset": (
+                ("dataset", "processing_class", "args", "dataset_name"),
+                "overrides it to take an already tokenized dataset as it is",
+            )
+        },
+    )
+
     class TokenizedKTOTrainer(LossMaskedTrainer, KTOTrainer):
         LOSS_MASKED = {"completion_mask": ("completion_ids",), "KL_completion_mask": ("KL_completion_ids",)}
 

@@ -22,9 +22,10 @@ WEIGHTS = ("lora", "full")
 
 @dataclass(frozen=True)
 class Records:
-    """What a method's round trains on, counted: its column in the cost table (its unit in its name), the unit in
-    words (warnings), what the column holds (explained under the table) and the stats.json key counting them (too
-    few warn: warnings.min_sft_examples)."""
+    """What a method's round trains on, counted: its column in the cost table (its unit in its name: the records its
+    trainer drew, ``results.method_comparison.records_trained``), the unit in words (warnings), what the column holds
+    (explained under the table; ``TRAINED_SHARE`` says how it counts) and the stats.json key counting the round's data
+    (too few warn: warnings.min_sft_examples)."""
 
     column: str
     unit: str
@@ -91,6 +92,12 @@ class TrainingMethod:
 
 
 _TRAINING_CURVE_LOSS = ("loss", "training loss")
+# how each records column counts, after what it holds: the records drawn, not those in the round's data
+TRAINED_SHARE = (
+    "the distinct ones the trainer drew: all of the round's data once it made a whole pass over it; for a fraction "
+    "of a pass (num_epochs below 1, or max_steps ending it first) that fraction of them, to within a batch (the "
+    "trainer's epoch x the data's records); its stats.json counts the data"
+)
 
 SFT = TrainingMethod(
     name="sft",
@@ -104,7 +111,7 @@ SFT = TrainingMethod(
     records=Records(
         column="sft_examples",
         unit="SFT examples",
-        meaning="judged-correct answers SFT trained on, each with its prompt",
+        meaning=f"judged-correct answers SFT trained on, each with its prompt; {TRAINED_SHARE}",
         stat="kept",
     ),
     more_data="sample more seeds per train problem (train_num_seeds; teacher.train_num_seeds where a teacher writes "
@@ -127,7 +134,7 @@ DPO = TrainingMethod(
     records=Records(
         column="dpo_pairs",
         unit="DPO pairs",
-        meaning="(correct, incorrect) answer pairs of one prompt DPO trained on",
+        meaning=f"(correct, incorrect) answer pairs of one prompt DPO trained on; {TRAINED_SHARE}",
         stat="pairs",
     ),
     more_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds per train "
@@ -150,7 +157,8 @@ KTO = TrainingMethod(
     records=Records(
         column="kto_samples",
         unit="KTO samples",
-        meaning="judged answers KTO trained on, each with its prompt, desirable when correct and undesirable when not",
+        meaning="judged answers KTO trained on, each with its prompt, desirable when correct and undesirable when "
+        f"not; {TRAINED_SHARE}",
         stat="samples",
     ),
     more_data="sample more seeds per train problem (train_num_seeds), or widen kto.pass_rate",
@@ -178,6 +186,7 @@ GRPO = TrainingMethod(
         "vllm_mode",
     ),
     judges_rewards=True,
+    credited="completions rewarded as correct",
     problems_stat="problems_in_pass_rate",
     records=None,
     more_data="a problem needs a pass rate inside grpo.pass_rate: widen grpo.pass_rate, or sample more seeds per "

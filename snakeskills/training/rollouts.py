@@ -19,6 +19,7 @@ import logging
 from snakeskills.backends.types import GenerationRequest, SamplingParams
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import row_seed
+from snakeskills.training.grpo_rewards import TRL_TOOL_MASK
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class BackendRollouts:
         self.tools = tools  # a tools.loop.ToolUse: completions call the tool between turns
         self.backend = self.folded = None
         self.calls = 0  # samplings done (a test reads it)
+        self.completions = self.mismatches = 0  # tools: completions, and those whose ids decode to other text
 
     def _backend(self, model, tokenizer):
         """The hf backend over the policy's weights now: its folded copy (LoRA) or the policy itself."""
@@ -142,9 +144,10 @@ class BackendRollouts:
             "logprobs": [list(result.logprobs) for result in results],
         }
         if self.tools is not None:
-            # TRL masks the tokens a tool appended out of the loss (env_mask 0) and hands the other fields to the
-            # reward functions: the transcript as the judge reads it, and the tool use a reward may price
-            output["env_mask"] = [list(result.model_token_mask) for result in results]
+            self._check_ids(backend, results)
+            # TRL masks the tokens a tool appended out of the loss (``TRL_TOOL_MASK`` 0) and hands the other fields to
+            # the reward functions: the transcript as the judge reads it, and the tool use a reward may price
+            output[TRL_TOOL_MASK] = [list(result.model_token_mask) for result in results]
             output["model_tokens"] = [result.num_generated_tokens for result in results]
             output["transcript"] = [result.generation for result in results]
             output["tool_output_spans"] = [result.tools["tool_output_spans"] for result in results]
@@ -153,3 +156,20 @@ class BackendRollouts:
             output["tool_cost"] = [result.tools.get("cost", 0.0) for result in results]
             output["tool_call_log"] = [result.tools["tool_call_log"] for result in results]
         return output
+
+    def _check_ids(self, loop, results) -> None:
+        """Count (and log) the completions whose ids, which TRL trains on, decode to other text than the transcript
+        the reward judges (``tools.loop.ids_match_text``): 0 by design."""
+        from snakeskills.tools.loop import ids_match_text
+
+        ends = tuple(tags.code_end for tags in loop.tags.values())
+        wrong = sum(not ids_match_text(loop.tokenizer, result, ends) for result in results)
+        self.completions += len(results)
+        self.mismatches += wrong
+        log = logger.warning if wrong else logger.info
+        log(
+            "GRPO rollouts with tools: %d of %d completions so far have ids that decode to other text than the "
+            "judged transcript",
+            self.mismatches,
+            self.completions,
+        )

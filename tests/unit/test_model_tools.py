@@ -246,3 +246,16 @@ def test_grpo_rewards_price_the_calls_and_weigh_each_tool_by_preference():
     config = {"correct": 1.0, "tool_cost": -0.3, "tool_preference": {"expert": -0.5}}
     assert reward_weight(config, "tool_preference") == 1.0 and reward_weight(config, "tool_cost") == -0.3
     assert reward_weights({"tool_preference": {}}, "tool_preference") == []
+
+
+def test_always_ask_with_max_calls_0_makes_no_call(expert):
+    """Item 9: the forced call counts against ``tools.max_calls``; with 0 it is beyond the limit and never runs."""
+    import dataclasses
+
+    student = ScriptedStudent({"20+30": ["\\boxed{50}"]})
+    loop = orchestrator(student, first_call="expert")
+    loop.use = dataclasses.replace(loop.use, max_calls=0)
+    [result] = loop.generate([request("20+30", seed=3, forced_call="20+30")], SAMPLING)
+    assert expert.batches == [] and student.calls == []
+    assert result.tools["code_rounds_executed"] == 0 and result.tools["tool_call_over_limit"] is True
+    assert result.tools["cost"] == 0

@@ -478,3 +478,12 @@ def test_ctrl_c_ends_a_job_with_one_log_line_and_status_130(tmp_path):
     assert "Traceback" not in text
     assert "WARNING: interrupted (Ctrl-C): the job stopped; its finished work is kept" in text
     assert "run the same command again to resume" in text
+
+
+def test_a_round_that_drew_a_fraction_of_its_data_is_warned_on_its_datas_records():
+    """The cost table counts the records a fraction of an epoch drew (40 of 100); the warning reads the data's 100, so
+    a round with enough pairs is not told to find more data."""
+    cost = {"method": "dpo", "dpo_pairs": 20, "train_problems": 50, "optimizer_steps": 40}
+    section = default_config()["dpo"]
+    assert "too few DPO pairs" in training_warnings("dpo-round1", cost, section, THRESHOLDS)[0]
+    assert training_warnings("dpo-round1", cost, section, THRESHOLDS, {"pairs": 100, "problems": 50}) == []

@@ -271,3 +271,94 @@ def test_the_report_page_gives_each_groups_routes_and_the_runs_warnings(tmp_path
     assert '<h2 id="warnings">Warnings (1)</h2>' in page and "fallback &lt;regex&gt;</li>" in page
     assert "<h2>Warnings</h2><p>none</p>" in s.render_html(groups, warnings=[])
     assert "Warnings" not in s.render_html(groups)
+
+
+# ---- tool calls (issue 65, item 14): the calls counted, the tools' outputs marked apart from the model's text
+
+
+def tool_row(**extra) -> dict:
+    generation = "<calc>37*84</calc><out>3108</out>\\boxed{3108}"
+    row = judged_row(
+        0,
+        0,
+        correct=True,
+        problem="37*84",
+        generation=generation,
+        predicted_answer="3108",
+        code_rounds_executed=1,
+        num_code_timeouts=0,
+        code_execution_time=0.0,
+        tool_errors=0,
+        tool_call_over_limit=False,
+        tool_output_spans=[[18, 33]],
+    )
+    return {**row, **extra}
+
+
+def test_the_samples_command_shows_the_calls_and_marks_what_the_tool_wrote(tmp_path, capsys):
+    from snakeskills.cli import main
+
+    markdown = (
+        "Let me compute it.\n```python\n17**5 - 3**9\n```\n```output\n1400174\n```\nThe answer is \\boxed{1400174}."
+    )
+    start = markdown.index("```output")
+    python = tool_row(
+        generation=markdown,
+        tool_output_spans=[[start, start + len("```output\n1400174\n```\n")]],
+        code_rounds_executed=2,
+        tool_errors=1,
+        num_code_timeouts=1,
+        code_execution_time=10.25,
+        tool_call_over_limit=True,
+    )
+    results = write_results(
+        tmp_path / "exp", {("base", "add", "test"): [[tool_row()]], ("base", "py", "test"): [[python]]}
+    )
+    main(["samples", str(results)])
+    out = capsys.readouterr().out
+    assert "generation: <calc>37*84</calc>[tool output]<out>3108</out>[end of tool output]\\boxed{3108}" in out
+    assert "tools: 1 call, 0 errors, 0 timeouts, 0 s\n" in out
+    # the model's next line after a marked output starts a line of its own
+    assert "    ```\n    [tool output]```output\n    1400174\n    ```[end of tool output]\n    The answer is" in out
+    assert "tools: 2 calls, 1 error, 1 timeout, 10.25 s; stopped at tools.max_calls\n" in out
+
+
+def test_a_priced_sample_shows_its_cost_and_its_calls_by_tool(tmp_path):
+    log = [{"tool": "calculator", "cost": 0.01}, {"tool": "expert", "cost": 1.05}, {"tool": "expert", "cost": 1.0}]
+    row = tool_row(code_rounds_executed=3, cost=2.06, tool_call_log=log)
+    results = write_results(tmp_path, {("base", "add", "test"): [[row]]})
+    (group,) = s.choose_samples(s.find_judged_files(results, PATTERN))
+    assert (
+        dict(s.sample_fields(group.samples[0]))["tools"]
+        == "3 calls (calculator 1, expert 2), 0 errors, 0 timeouts, 0 s, cost 2.06"
+    )
+
+
+def test_samples_without_tools_show_no_tool_fields(results):
+    for group in s.choose_samples(s.find_judged_files(results, PATTERN)):
+        for sample in group.samples:
+            fields = dict(s.sample_fields(sample))
+            assert "tools" not in fields and fields["generation"] == sample.record["generation"]
+
+
+def test_the_report_boxes_the_tool_outputs_escaped(tmp_path):
+    row = tool_row(generation="<calc>1</calc><out><script>x</script></out>\\boxed{1}", tool_output_spans=[[14, 43]])
+    results = write_results(tmp_path, {("base", "add", "test"): [[row]]})
+    page = s.render_html(s.choose_samples(s.find_judged_files(results, PATTERN)))
+    assert (
+        '&lt;calc&gt;1&lt;/calc&gt;<span class="tool-output" title="a tool\'s output">&lt;out&gt;&lt;script&gt;x&lt;'
+        "/script&gt;&lt;/out&gt;</span>\\boxed{1}" in page
+    )
+    assert "<script" not in page
+
+
+def test_with_parse_reasoning_the_whole_transcript_is_marked_and_bad_spans_name_the_row(tmp_path):
+    full = "<think>try <calc>2*3</calc><out>6</out></think>so \\boxed{6}"
+    row = tool_row(generation="so \\boxed{6}", _full_generation=full, tool_output_spans=[[27, 39]])
+    results = write_results(tmp_path, {("base", "add", "test"): [[row], [tool_row(tool_output_spans=[[18, 99]])]]})
+    (group,) = s.choose_samples(s.find_judged_files(results, PATTERN)[:1])
+    assert dict(s.sample_fields(group.samples[0]))["generation"] == (
+        "<think>try <calc>2*3</calc>[tool output]<out>6</out>[end of tool output]</think>so \\boxed{6}"
+    )
+    with pytest.raises(SnakeskillsError, match=r"output-rs1.jsonl: row 1: tool_output_spans: the tool output span"):
+        s.render_text(s.choose_samples(s.find_judged_files(results, PATTERN)[1:]))

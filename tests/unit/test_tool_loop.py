@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from snakeskills.backends.types import GenerationRequest, SamplingParams, truncate_at_stop
+from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import AskedModel, ask_model_per_row
 from snakeskills.io import read_jsonl
 from snakeskills.tools.loop import ToolLoop, ToolUse, turn_seed
@@ -200,6 +201,7 @@ class TokenScriptedBackend:
 
     takes = "token_ids"
     batch_size = 4
+    keep_tokens = True
 
     def __init__(self):
         from snakeskills.training.tiny_model import build_char_tokenizer
@@ -252,3 +254,34 @@ def test_a_call_closed_without_the_tags_last_newline_runs_without_its_fence():
     [result] = ToolLoop(FenceBackend(), use).generate([request("fence")], SAMPLING)
     assert result.generation == "```python\n6*7\n```\n```output\n42\n```\n\\boxed{42}", result.generation
     assert result.tools["code_rounds_executed"] == 1 and result.tools["tool_errors"] == 0
+
+
+class ReasoningBackend(ScriptedBackend):
+    """A server whose reasoning parser splits each turn's thinking off its answer (``reasoning_content``)."""
+
+    def __init__(self, scripts, thoughts):
+        super().__init__(scripts)
+        self.thoughts = thoughts
+
+    def generate(self, requests, sampling, on_results=None):
+        results = super().generate(requests, sampling)
+        turns = [request.prompt.count(TAGS.code_output_end) for request in requests]
+        return [
+            dataclasses.replace(result, reasoning_content=self.thoughts[turn])
+            for result, turn in zip(results, turns, strict=True)
+        ]
+
+
+def test_the_reasoning_a_server_split_off_is_kept_over_all_turns():
+    """Item 6: each turn's ``reasoning_content`` reaches the loop's result, in order (it was None)."""
+    backend = ReasoningBackend({"two": SCRIPTS["two"]}, ["think a. ", "think b. ", "think c."])
+    [result] = loop(backend).generate([request("two")], SAMPLING)
+    assert result.tools["code_rounds_executed"] == 2
+    assert result.reasoning_content == "think a. think b. think c."
+
+
+def test_a_call_written_inside_split_off_reasoning_stops_with_the_reason():
+    """Item 6: a call the server split off with the reasoning would never run: the job says why and what to do."""
+    backend = ReasoningBackend({"none": ["\\boxed{4}"]}, ["let me <calc>2+2"])
+    with pytest.raises(SnakeskillsError, match="reasoning parser"):
+        loop(backend).generate([request("none")], SAMPLING)
