@@ -102,6 +102,12 @@ class CountingBackend:
     def __getattr__(self, name):
         return getattr(self.backend, name)
 
+    def __setattr__(self, name, value):  # the loop asks the backend for token ids (keep_tokens): the backend's
+        if name == "keep_tokens":
+            setattr(self.backend, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def generate(self, requests, sampling, **keywords):
         started = time.perf_counter()
         results = self.backend.generate(requests, sampling, **keywords)

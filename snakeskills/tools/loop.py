@@ -128,17 +128,21 @@ def tool_use(section: dict, *, key: str = "tools") -> ToolUse:
     )
 
 
-def ids_match_text(tokenizer, result: GenerationResult, stop: tuple[str, ...]) -> bool:
-    """Whether a result's token ids decode to its text and what ended it: nothing (its budget), its EOS, or one of the
-    stop strings ``stop`` (the token that wrote its end may run past it)."""
+def ids_match_text(tokenizer, result: GenerationResult, stop: tuple[str, ...], eos_token_ids=()) -> bool:
+    """Whether a result's token ids decode to its text and what ended it: nothing (its budget), its EOS (the
+    tokenizer's or one of ``eos_token_ids``), or one of the stop strings ``stop`` (the token that wrote its end may run
+    past it)."""
+
+    def decode(ids):
+        return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     ids = list(result.token_ids)
-    decoded = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    decoded = decode(ids)
     if not decoded.startswith(result.generation):
         return False
-    ending = decoded[len(result.generation) :]
-    if not ending or (ids[-1] == tokenizer.eos_token_id and ending == tokenizer.decode(ids[-1:])):
+    ending, last = decoded[len(result.generation) :], decode(ids[-1:])
+    if not ending or (ids[-1] in {tokenizer.eos_token_id, *eos_token_ids} and ending == last):
         return True
-    last = tokenizer.decode(ids[-1:], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return any(ending.startswith(end) and len(ending) < len(end) + len(last) for end in stop)
 
 
@@ -299,7 +303,7 @@ class ToolLoop:
         """The call the row's transcript ends with, read after its last tool output (an output may hold another
         tool's tags)."""
         after = row.spans[-1][1] if row.spans else 0
-        return turn_call(row.text[after:], self.tags, past_end=self.ids)
+        return turn_call(row.text[after:], self.tags, past_end=row.token_ids is not None)
 
     def _force_call(self, row: _Row, tool: str) -> ToolCall | None:
         """Open the call ``tool`` of the row's problem (``forced_call``) as if the model had written it: the loop's
@@ -360,11 +364,12 @@ class ToolLoop:
             row.reasoning.append(turn.reasoning_content)
         if turn.finish_reason == "error":  # a soft failure: the row ends with what it has
             return
-        if self.ids and turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
+        if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
             self._absorb_ids(row, turn)
             return
-        if row.token_ids is not None or self.ids:
-            raise SnakeskillsError(f"tool loop: the {self.backend.name} backend returned a turn without its token ids")
+        if row.token_ids is not None:
+            name = getattr(self.backend, "name", type(self.backend).__name__)
+            raise SnakeskillsError(f"tool loop: the {name} backend returned a turn without its token ids")
         row.text += turn.generation
         row.segments.append((turn.generation, False))
 

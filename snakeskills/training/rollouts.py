@@ -163,7 +163,8 @@ class BackendRollouts:
         from snakeskills.tools.loop import ids_match_text
 
         ends = tuple(tags.code_end for tags in loop.tags.values())
-        wrong = sum(not ids_match_text(loop.tokenizer, result, ends) for result in results)
+        eos = loop.eos_token_ids
+        wrong = sum(not ids_match_text(loop.tokenizer, result, ends, eos) for result in results)
         self.completions += len(results)
         self.mismatches += wrong
         log = logger.warning if wrong else logger.info

@@ -294,12 +294,13 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
         dtype="auto",
         trust_remote_code=False,
     )
-    recorded: dict[str, list] = {"rollouts": [], "inputs": []}
+    recorded: dict[str, list] = {"rollouts": [], "inputs": [], "samplers": []}
     call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
 
     def recording_call(self, prompts, trainer):
         output = call(self, prompts, trainer)
         recorded["rollouts"].append(output)
+        recorded["samplers"].append(self)
         return output
 
     def recording_loss(self, model, inputs):
@@ -324,6 +325,10 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     )
     assert metrics["global_step"] == 1 and len(recorded["rollouts"]) == 1
     output = recorded["rollouts"][0]
+    # every completion's ids decode to the transcript the reward judged (and the EOS that ended it), counted
+    assert (recorded["samplers"][0].completions, recorded["samplers"][0].mismatches) == (8, 0)
+    for ids, text in zip(output["completion_ids"], output["transcript"], strict=True):
+        assert tokenizer.decode(ids, skip_special_tokens=False) in (text, text + tokenizer.eos_token)
     calculator = new_session(ToolSettings("calculator"))
     rows = len(output["completion_ids"])
     assert rows == 8

@@ -381,3 +381,35 @@ def test_a_shared_model_server_gives_the_tool_loop_what_a_direct_load_gives_near
     for mine, theirs in zip(served, direct_results, strict=True):
         assert (mine.generation, mine.finish_reason, mine.error) == (theirs.generation, theirs.finish_reason, None)
         assert (mine.token_ids, mine.model_token_mask) == (theirs.token_ids, theirs.model_token_mask)
+
+
+class TextBackend:
+    """A token-id backend that returns text only (as vLLM does): a call, then an answer."""
+
+    takes = "token_ids"
+    batch_size = 2
+    name = "text-only"
+    context_length = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.requests = tokenizer, []
+
+    def generate(self, requests, sampling, on_results=None):
+        self.requests += requests
+        first = len(self.requests) == 1
+        text = "[7" if first else "done"
+        return [GenerationResult(generation=text, num_generated_tokens=len(text), finish_reason="stop")]
+
+
+def test_a_text_backends_later_turn_encodes_a_tools_output_as_plain_text(char_tokenizer):
+    """Item 4 on a backend that returns text (vLLM): the transcript is encoded piece by piece for the next turn, the
+    tool's output as plain text (its ``</s>`` was an EOS id in the model's context)."""
+    backend = TextBackend(char_tokenizer)
+    prompt = tuple(char_tokenizer.encode("q", add_special_tokens=False))
+    [result] = tool_loop(backend, BRACKETS, output=lambda call: "</s>").generate(
+        [GenerationRequest(seed=0, prompt_token_ids=prompt)], GREEDY
+    )
+    assert result.generation == "[7]\n{</s>}\ndone"
+    later = backend.requests[1].prompt_token_ids[len(prompt) :]
+    assert decoded(char_tokenizer, later) == "[7]\n{</s>}\n"
+    assert char_tokenizer.eos_token_id not in later
