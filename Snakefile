@@ -73,6 +73,10 @@ rule all:
     default_target: True
 
 
+onstart:
+    forward_interruptions_to_jobs()
+
+
 onsuccess:
     print_comparison()
 

@@ -18,7 +18,7 @@ from snakeskills.plan.run import Plan
 from snakeskills.training.methods import TRAINING_METHODS
 from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, benchmark_prompt, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
-from snakeskills.job import JobSettings
+from snakeskills.job import JobSettings, forward_interruptions_to_jobs
 
 min_version("9.0")
 

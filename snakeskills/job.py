@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -60,7 +61,8 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
     function that raised (``registry.UserFunctionError``) also leaves its traceback in the log.
     """
     console = sys.stderr
-    with open(log_path, "w", encoding="utf-8") as log_file:
+    open(log_path, "w").close()  # a fresh log, appended to: processes a job launches append their lines to it too
+    with open(log_path, "a", encoding="utf-8") as log_file:
         sys.stderr = log_file
         logging.basicConfig(
             stream=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s", force=True
@@ -81,9 +83,11 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             print(f"snakeskills error: {error} (log: {log_path})", file=console)
             raise SystemExit(1) from None
         except KeyboardInterrupt as interruption:
-            # Ctrl-C reaches every job of the terminal: one line in the log, no traceback on the console; an
-            # interruption with a message (a training's: the step it reached, the checkpoint kept) says it on the
-            # console too
+            # Ctrl-C reaches every job of the terminal (and Snakemake forwards it: a second one is ignored): one line
+            # in the log, no traceback on the console; an interruption with a message (a training's: the step it
+            # reached, the checkpoint kept) says it on the console too
+            with contextlib.suppress(ValueError):  # off the main thread signals keep their handling
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
             message = str(interruption)
             logger.warning(message or INTERRUPTED)
             if message:
@@ -95,6 +99,31 @@ def script_logging(log_path: str) -> Iterator[logging.Logger]:
             raise
         finally:
             sys.stderr = console
+
+
+def forward_interruptions_to_jobs() -> None:
+    """In Snakemake's own process (the Snakefile's ``onstart``): a SIGINT (``kill -INT``, or Ctrl-C in its terminal)
+    is also sent to every process of the running jobs that shares Snakemake's process group (those a Ctrl-C in its
+    terminal reaches), then Snakemake stops as before ("Terminating processes on user request"). Snakemake's local
+    executor sends its jobs no signal on that: it waits for them to end. A job that the terminal's Ctrl-C reached
+    too gets the signal twice (a training takes the first one: ``trainer.stop_signals_interrupt``). Where SIGINT has
+    a handler other than Python's default (or is ignored), nothing changes."""
+    import signal
+
+    import psutil
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def forward(signum, frame):
+        group = os.getpgrp()
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(process.pid) == group:
+                    process.send_signal(signal.SIGINT)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, forward)
 
 
 def snakemake_command(snakefile, workdir, configfile, *arguments: str) -> list[str]:

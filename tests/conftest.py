@@ -61,6 +61,7 @@ SLOWEST_GROUPS_FIRST = (
     "test_rounds",
     "test_gpus",
     "test_distributed_sft",
+    "test_cancel_training",
 )
 # where each worker notes the groups it ran (set by the controlling process, inherited by its workers)
 GROUP_NOTES = "SNAKESKILLS_TEST_GROUP_NOTES"

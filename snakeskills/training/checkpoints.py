@@ -176,8 +176,8 @@ def checkpoint_minutes_of(trainer) -> float:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """A training stopped by Ctrl-C or SIGTERM; its message says how far it got and what was kept
-    (``interruption_message``)."""
+    """A training stopped by SIGINT (Ctrl-C) or SIGTERM (``trainer.stop_signals_interrupt``); its message says how
+    far it got and what was kept (``interruption_message``)."""
 
 
 def interruption_message(

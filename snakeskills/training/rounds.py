@@ -108,8 +108,9 @@ def trainer_options(method: str, settings: dict, judging: dict) -> dict:
 
 def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Path) -> dict:
     """Train ``method``'s round: its trainer's ``train(run, **options)`` in this process, or in ``run.processes``
-    processes (``trainer.launch_training``: each runs this module's ``__main__``). Interrupted (Ctrl-C, SIGTERM), it
-    raises ``checkpoints.TrainingInterrupted`` saying what was kept."""
+    processes (``trainer.launch_training``: each runs this module's ``__main__``). Interrupted (SIGINT or SIGTERM:
+    ``trainer.stop_signals_interrupt``), it raises ``checkpoints.TrainingInterrupted`` saying what was kept, once the
+    processes it started have ended."""
     entry = training_method(method)
     if run.processes == 1:
         return entry.trainer_module().train(run, **options)
@@ -119,11 +120,11 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
         kept_checkpoint,
         trainer_dir_for,
     )
-    from snakeskills.training.trainer import launch_training, sigterm_interrupts
+    from snakeskills.training.trainer import launch_training, stop_signals_interrupt
 
     arguments = {"method": method, "run": dataclasses.asdict(run), "options": options}
     try:
-        with sigterm_interrupts():
+        with stop_signals_interrupt():
             return launch_training(
                 "snakeskills.training.rounds",
                 arguments,
@@ -132,8 +133,8 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
                 log_path=log_path,
             )
     except KeyboardInterrupt as interruption:
-        # the training processes got the same signal (Ctrl-C reaches the terminal's processes, SLURM signals every
-        # process of the job); the main one says the step it reached in the log, this one what the disk kept
+        # launch_training passed the signal on to the training processes and waited for them: the main one said the
+        # step it reached in the log, this one says what the disk kept
         message = interruption_message(
             cause=str(interruption) or "Ctrl-C",
             step=None,

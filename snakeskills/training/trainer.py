@@ -234,13 +234,18 @@ def completion_positions_only():
     on a CPU too. TRL does that on a GPU with Triton only
     and elsewhere scores every position, prompt and padding included (its reason: a device that recompiles for
     every shape), which on a CPU is about 3 times the vocabulary projection, its softmax statistics and their
-    backward. The log-probabilities of the answers' tokens are the same either way."""
+    backward. The log-probabilities of the answers' tokens are the same either way. A TRL without the private
+    ``trl.trainer.utils._use_triton`` it overrides is an error naming its version."""
+    import trl
     from trl.trainer import utils as trl_utils
 
     original = getattr(trl_utils, "_use_triton", None)
-    if original is None:  # another TRL: leave its head as it is
-        yield
-        return
+    if original is None:
+        raise SnakeskillsError(
+            f"TRL {trl.__version__} has no trl.trainer.utils._use_triton, the private name snakeskills overrides to "
+            "score only the answers' positions (training/trainer.py completion_positions_only); install the TRL "
+            "version pyproject.toml pins"
+        )
     trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
     try:
         yield
@@ -263,26 +268,51 @@ def tokenized_trainer(trainer_class, model, tokenizer, arguments, rows: list[dic
     )
 
 
+# the stop signals a training turns into KeyboardInterrupt, and the cause its interruption line names
+STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}
+
+
 @contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Inside: SIGTERM (what SLURM sends at a job's time limit or ``scancel``, and ``kill``) raises KeyboardInterrupt
-    ("SIGTERM") as Ctrl-C does, so an interrupted training says what it kept. Where another handler is set, or off
-    the main thread, SIGTERM keeps its own handling."""
+def stop_signals_interrupt() -> Iterator[None]:
+    """Inside: SIGINT (Ctrl-C, or Snakemake cancelled) and SIGTERM (what SLURM sends at a job's time limit or
+    ``scancel``, and ``kill``) raise KeyboardInterrupt naming the cause (``STOP_SIGNALS``), so that an interrupted
+    training says what it kept. Only the first one does: from then on both are ignored in this process, which is
+    ending (a Ctrl-C in a terminal reaches a job twice, from the terminal and from Snakemake, and the second must not
+    cut the first one's line). A signal with a handler of its own (not Python's default), or the main thread not
+    running this, keeps its own handling."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    handled = [
+        number for number, handler in previous.items() if handler in (signal.SIG_DFL, signal.default_int_handler)
+    ]
+    stopped = []
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
+        for number in handled:
+            signal.signal(number, signal.SIG_IGN)
+        stopped.append(signum)
+        raise KeyboardInterrupt(STOP_SIGNALS[signal.Signals(signum).name])
 
-    signal.signal(signal.SIGTERM, interrupt)
+    for number in handled:
+        signal.signal(number, interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if not stopped:
+            for number in handled:
+                signal.signal(number, previous[number])
+
+
+def stop_signal_of(interruption: BaseException) -> int:
+    """The signal that raised ``interruption`` (``stop_signals_interrupt``): SIGTERM, else SIGINT (Ctrl-C)."""
+    import signal
+
+    return signal.SIGTERM if str(interruption) == STOP_SIGNALS["SIGTERM"] else signal.SIGINT
 
 
 def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
@@ -298,7 +328,7 @@ def run_trainer(trainer, resume_from: str | None, num_examples: int) -> dict:
     if resume_from:
         logger.info("resuming training from checkpoint %s", resume_from)
     try:
-        with sigterm_interrupts():
+        with stop_signals_interrupt():
             result = trainer.train(resume_from_checkpoint=resume_from)
     except KeyboardInterrupt as interruption:
         raise TrainingInterrupted(trainer_interruption(trainer, str(interruption) or "Ctrl-C")) from None
@@ -387,12 +417,22 @@ def save_tuned(trainer, output_dir: str | Path, *, tokenizer, metrics: dict, sto
     save_trained(trainer, output_dir, finish)
 
 
+# how long the processes launch_training started get to end after a stop signal before they are killed: torch's
+# launcher waits LAUNCHED_GRACE_SECONDS for its training processes (then kills them), this job a few seconds more
+LAUNCHED_GRACE_SECONDS = 15
+
+
 def launch_training(
     module: str, arguments: dict, *, processes: int, output_dir: str | Path, log_path: str | Path
 ) -> dict:
     """Run ``module``'s ``__main__`` (``arguments`` as one JSON argument) in ``processes`` processes started by
     ``accelerate launch`` (one per GPU, or CPU processes over gloo); their output is appended to ``log_path``. Returns
-    the metrics the main process saved with the model in ``output_dir``."""
+    the metrics the main process saved with the model in ``output_dir``.
+
+    The launcher runs in a session of its own, so that a stop signal reaches the training processes through this
+    process only, once: interrupted (``stop_signals_interrupt``), this process sends the launcher the same signal
+    and waits for the processes to end (``stop_launched``) before the interruption goes on."""
+    import os
     import socket
     import subprocess
     import sys
@@ -407,11 +447,52 @@ def launch_training(
     command += ["--dynamo_backend", "no", "--multi_gpu"]
     command += ["-m", module, json.dumps(arguments)]
     logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
+    # torch.distributed.run passes a stop signal on to the training processes and kills them after this long
+    environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
     with open(log_path, "a", encoding="utf-8") as log:
-        returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+        launcher = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
+        )
+        try:
+            returncode = launcher.wait()
+        except BaseException as stopped:  # a stop signal (or anything else): the processes end with this one
+            stop_launched(launcher, stop_signal_of(stopped))
+            raise
     if returncode != 0:
         raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")
     return json.loads((Path(output_dir) / "training_metrics.json").read_text())
+
+
+def stop_launched(launcher, signum: int, grace_seconds: float = LAUNCHED_GRACE_SECONDS + 5) -> None:
+    """End the processes ``launch_training`` started: ``signum`` to ``launcher`` (a Popen), which passes it on to each
+    training process and waits for them (the main one logs its interruption line), then SIGKILL to the launcher and
+    to each process that was under it, whichever still runs ``grace_seconds`` later."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    try:
+        started = psutil.Process(launcher.pid).children(recursive=True)
+    except psutil.NoSuchProcess:  # it has ended, its training processes before it
+        started = []
+    name = signal.Signals(signum).name
+    logger.warning(
+        "stopping the %d training processes: %s to their launcher (pid %d)", len(started), name, launcher.pid
+    )
+    deadline = time.monotonic() + grace_seconds
+    launcher.send_signal(signum)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        launcher.wait(timeout=grace_seconds)
+    _ended, running = psutil.wait_procs(started, timeout=max(0.0, deadline - time.monotonic()))
+    if launcher.poll() is None or running:
+        logger.warning("killing the training processes still running %gs after %s", grace_seconds, name)
+        launcher.kill()
+        for process in running:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    launcher.wait()
 
 
 def save_trained(trainer, output_dir: str | Path, finish) -> None:
