@@ -318,3 +318,66 @@ def test_training_across_gpus(tiny_folder, tmp_path, device, record, distributed
     record(f"sft_full_{distributed}_2_gpus", {"steps_per_second": metrics["train_steps_per_second"]})
     assert metrics["processes"] == 2
     assert answers(tmp_path / "full", device) == ["7"] * 4
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_tool_loop_ids_are_the_transcript(device, record, dtype):
+    """The tool loop over the hf backend on the GPU, as GRPO's rollouts run it (``HFBackend.around``): a 0-layer
+    Llama on the character tokenizer that mostly writes a calculator call and an answer, with random logits beside
+    (temperature 1), so rows stray into every way of closing, leaving and ending a call. Every row's ids decode to
+    its text and what ended it (``ids_match_text``), no model token lies in a tool output, and the calls run."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from snakeskills.backends.hf import HFBackend
+    from snakeskills.tools.loop import ToolLoop, ToolUse, ids_match_text
+    from snakeskills.tools.protocol import Tags
+    from snakeskills.tools.registry import tools_settings
+
+    tokenizer = build_char_tokenizer()
+    size = len(tokenizer)
+    path = [tokenizer.convert_tokens_to_ids(c) for c in ["[", "1", "2", "*", "3", "]", "\n", "o", "k"]]
+    chain = {**dict(zip(path, path[1:], strict=False)), path[-1]: tokenizer.eos_token_id}
+    config = LlamaConfig(
+        vocab_size=size,
+        hidden_size=size + size % 2,
+        intermediate_size=4,
+        num_hidden_layers=0,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(size, config.hidden_size))
+        model.lm_head.weight.normal_(0.0, 0.05)  # strays now and then
+        for token, following in {**chain, tokenizer.convert_tokens_to_ids("q"): path[0]}.items():
+            model.lm_head.weight[following, token] = 0.8  # about 96 % of draws follow the chain
+    model = model.to(device=device, dtype=getattr(torch, dtype)).eval()
+    tags = Tags("[", "]\n", "{", "}\n")
+    use = ToolUse(tools_settings({"tool": "calculator", "sandbox": "none"}), tags, max_calls=3, workers=4)
+    loop = ToolLoop(HFBackend.around(model, tokenizer, batch_size=64), use)
+    prompt = tuple(tokenizer.encode("q", add_special_tokens=True))
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=48, stop=("ok\n",))
+    started = time.perf_counter()
+    results = loop.generate([GenerationRequest(seed=row, prompt_token_ids=prompt) for row in range(256)], sampling)
+    seconds = time.perf_counter() - started
+    mismatches = [r for r in results if not ids_match_text(tokenizer, r, ("ok\n", "]\n"), loop.eos_token_ids)]
+    model_in_output = 0
+    for result in results:
+        ids = list(result.token_ids)
+        offsets = [len(tokenizer.decode(ids[:index], skip_special_tokens=False)) for index in range(len(ids) + 1)]
+        for index, mine in enumerate(result.model_token_mask):
+            inside = any(a < offsets[index + 1] and offsets[index] < b for a, b in result.tools["tool_output_spans"])
+            model_in_output += bool(mine and inside)
+    calls = sum(result.tools["code_rounds_executed"] for result in results)
+    record(
+        f"test_tool_loop_ids_are_the_transcript[{dtype}]",
+        {"rows": len(results), "calls": calls, "mismatches": len(mismatches), "seconds": round(seconds, 2)},
+    )
+    assert not mismatches, [(r.generation, tokenizer.decode(r.token_ids)) for r in mismatches[:3]]
+    assert model_in_output == 0
+    assert calls >= 64, calls
