@@ -28,10 +28,16 @@ with script_logging(snakemake.log[0]) as logger:
         flips_path=snakemake.output.flips,
         method_pairs=snakemake.params.method_pairs,
         training_costs=costs,
-        # the credited examples of the rounds whose data keeps them (SFT examples, DPO's chosen, KTO's desirable)
+        # the credited examples of the rounds whose data keeps them (SFT examples, DPO's chosen, KTO's desirable),
+        # and of those whose trainer counts them (GRPO's completions rewarded as correct: its training metrics)
         training_data={
-            model: (method, stats)
-            for (model, (method, _)), stats in zip(tuned.items(), snakemake.input.training_data, strict=True)
+            model: (
+                method,
+                f"{folder}/training_metrics.json" if training_method(method).samples_while_training else stats,
+            )
+            for (model, (method, _)), folder, stats in zip(
+                tuned.items(), snakemake.input.tuned, snakemake.input.training_data, strict=True
+            )
             if training_method(method).credited
         },
         benchmark_judges=snakemake.params.benchmark_judges,

@@ -265,8 +265,8 @@ def gather_warnings(
     missed its target; given ``thresholds``, each SFT round's data (``sft_stats``, read with sft.training), each
     other round's training cost (read with its method's section, ``sections``) and each model's truncated or
     unanswered share on each benchmark, each round's credited examples (``training_data``: {round: (method, its data's
-    stats.json)}) and each model's correct verdicts (``benchmark_judges``: {benchmark: its own judge section}) resting
-    on a fallback extraction. A new source adds its lines here."""
+    stats.json, or a trainer's training_metrics.json whose steps counted them: GRPO's)}) and each model's correct
+    verdicts (``benchmark_judges``: {benchmark: its own judge section}) resting on a fallback extraction. A new source adds its lines here."""
     from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     warnings = []
@@ -288,5 +288,10 @@ def gather_warnings(
         routes, own_judge = summary[model].get(f"{benchmark}/{ROUTES_METRIC}"), benchmark_judges.get(benchmark, {})
         warnings += metrics_fallback_warnings(model, benchmark, "eval split", routes, thresholds, own_judge)
     for model, (method, path) in training_data.items():
-        warnings += training_data_fallback_warnings(model, method, read_json(path), thresholds)
+        counts = read_json(path)
+        if "log_history" in counts:  # a trainer's metrics (GRPO): the counts its logged steps add up to
+            from snakeskills.training.grpo_rewards import credited_counts_of
+
+            counts = credited_counts_of(counts["log_history"])
+        warnings += training_data_fallback_warnings(model, method, counts, thresholds)
     return warnings

@@ -487,3 +487,24 @@ def test_a_round_that_drew_a_fraction_of_its_data_is_warned_on_its_datas_records
     section = default_config()["dpo"]
     assert "too few DPO pairs" in training_warnings("dpo-round1", cost, section, THRESHOLDS)[0]
     assert training_warnings("dpo-round1", cost, section, THRESHOLDS, {"pairs": 100, "problems": 50}) == []
+
+
+def test_grpo_rewards_a_fallback_credited_are_warned_of_from_its_training_metrics(tmp_path):
+    """Item 12 of issue 65: a GRPO round's completions the correct term rewarded on a fallback extraction (counted in
+    its training_metrics.json's steps) get the warning SFT, DPO and KTO data get."""
+    from snakeskills.io import write_json
+    from snakeskills.results.comparison import gather_warnings
+
+    history = [
+        {"step": 1, "judge/credited": 10, "judge/fallback_credited": 6, "judge/fallback_credited/last_number": 6},
+        {"step": 2, "judge/credited": 10, "judge/fallback_credited": 4, "judge/fallback_credited/last_number": 4},
+    ]
+    write_json(tmp_path / "training_metrics.json", {"log_history": history})
+    common = dict(runs=[], summary={}, built_models=[], sft_stats={}, sections={}, training_costs={}, teacher=None)
+    lines = gather_warnings(
+        **common,
+        thresholds=THRESHOLDS,
+        training_data={"grpo-round1": ("grpo", str(tmp_path / "training_metrics.json"))},
+        benchmark_judges={},
+    )
+    assert len(lines) == 1 and "grpo-round1" in lines[0] and "10 of 20" in lines[0], lines
