@@ -28,10 +28,10 @@ from pathlib import Path
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import atomic_open, iter_jsonl
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, UNKNOWN, is_fallback
-from snakeskills.results.cost_metrics import COST, TOOL_CALL_LOG
-from snakeskills.results.tool_metrics import OVER_LIMIT, TOOL_CALLS, TOOL_ERRORS, TOOL_SECONDS, TOOL_TIMEOUTS
 from snakeskills.training.samples import trained_text
 from snakeskills.training.tool_masks import TOOL_OUTPUT_SPANS, checked_spans
+
+TOOL_CALLS = "code_rounds_executed"  # tool_metrics.TOOL_CALLS (that module needs polars; this one must not)
 
 CHOICE_SEED = 0
 PER_VERDICT = 2
@@ -376,6 +376,10 @@ def tool_summary(record: dict) -> str:
     """A tool-calling sample's calls in one line: how many (by tool where several tools were called), the failed and
     timed-out ones, their seconds, the sample's cost where it has one, and whether it stopped at tools.max_calls;
     a field the record lacks is left out."""
+    # here, not at the top: the CLI imports this module, and every job's CLI runs where polars may be absent (vLLM's)
+    from snakeskills.results.cost_metrics import COST, TOOL_CALL_LOG
+    from snakeskills.results.tool_metrics import OVER_LIMIT, TOOL_ERRORS, TOOL_SECONDS, TOOL_TIMEOUTS
+
     calls = record[TOOL_CALLS]
     parts = [_count(calls, "call")]
     by_tool = Counter(call["tool"] for call in record.get(TOOL_CALL_LOG) or [])

@@ -214,3 +214,13 @@ def test_samples_names_a_missing_results_folder(tmp_path):
     assert f"snakeskills error: no results folder {tmp_path / 'nowhere'}" in process.stderr
     bad = run_cli("samples", str(tmp_path), "--limit", "0")
     assert bad.returncode == 2 and "--limit: must be at least 1; got 0" in bad.stderr
+
+
+def test_the_cli_starts_without_polars():
+    """Every job runs the CLI, some in vLLM's environment, which has no polars: building its parser imports none."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['polars'] = None; from snakeskills.cli import build_parser; build_parser()"
+    process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr[-2000:]
