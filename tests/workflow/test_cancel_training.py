@@ -53,7 +53,13 @@ def cancel_config(tmp_path: Path, checkpoint: Path, processes: int) -> Path:
         "num_seeds": 1,
         "num_chunks": 1,
         "train_num_seeds": 1,
-        "generation": {"backend": "hf", "batch_size": 64, "sampling": {"temperature": 1.0, "max_new_tokens": 24}},
+        # on the CPU whatever the machine has (sbatch on PATH makes 'auto' plan a GPU per job): CPU processes
+        "generation": {
+            "backend": "hf",
+            "device": "cpu",
+            "batch_size": 64,
+            "sampling": {"temperature": 1.0, "max_new_tokens": 24},
+        },
         "judge": {"regex": r"(\d+)"},
         "sft": {
             "processes": processes,
