@@ -179,6 +179,11 @@ class _Row:
     cost: float = 0.0
 
 
+def _after_outputs(row: _Row) -> int:
+    """Where the row's text after its last tool output starts (an output may hold a tool's tags)."""
+    return row.spans[-1][1] if row.spans else 0
+
+
 class ToolLoop:
     """A backend (``backend``) whose rows call a tool while they generate (``use``). ``generate`` returns the
     backend's results with the whole transcript as ``generation`` and the tool statistics in ``tools``.
@@ -302,8 +307,7 @@ class ToolLoop:
     def _pending(self, row: _Row) -> ToolCall | None:
         """The call the row's transcript ends with, read after its last tool output (an output may hold another
         tool's tags)."""
-        after = row.spans[-1][1] if row.spans else 0
-        return turn_call(row.text[after:], self.tags, past_end=row.token_ids is not None)
+        return turn_call(row.text[_after_outputs(row) :], self.tags, past_end=row.token_ids is not None)
 
     def _force_call(self, row: _Row, tool: str) -> ToolCall | None:
         """Open the call ``tool`` of the row's problem (``forced_call``) as if the model had written it: the loop's
@@ -385,8 +389,7 @@ class ToolLoop:
         if turn.finish_reason == "stop" and ids and ids[-1] in self.backend.eos_token_ids:
             eos_text = self._decode(ids[-1:])
             with_eos = self._decode(row.token_ids)
-            after = row.spans[-1][1] if row.spans else 0
-            call = turn_call(with_eos[after:], self.tags, past_end=True)
+            call = turn_call(with_eos[_after_outputs(row) :], self.tags, past_end=True)
             written = self.tags[call.tool].code_end[: call.end_written] if call is not None else ""
             if not (eos_text and written.endswith(eos_text) and with_eos.endswith(eos_text)):  # an EOS, not a tag
                 row.eos_left_out = True

@@ -1,9 +1,9 @@
 """How a tool call and its output sit in a model's text: the tags (``Tags``, NeMo-Skills' code tags), the call a
-text ends with, the output block the loop appends, and where the tool outputs of a finished transcript lie (what
+turn ends with (``turn_call``), the output block the loop appends, and where the tool outputs of a finished transcript lie (what
 the trainers mask out of the loss and what the judge skips).
 
 A transcript reads ``...{code_begin}CALL{code_end}{code_output_begin}OUTPUT{code_output_end}...``: the model writes
-everything but the output blocks, which the loop appends (``output_block``), so the model never learns to predict
+everything but the output blocks, which the loop appends (``output_parts``), so the model never learns to predict
 them (``output_spans``) and the judge reads the answer after the last one (``final_text``).
 """
 
@@ -46,36 +46,6 @@ def tags_from_config(tags: str | dict, key: str = "tools.tags") -> Tags:
         if not tags.get(name):
             raise SnakeskillsError(f"config key {key}.{name}: a tag must be a non-empty string")
     return Tags(tags["code_begin"], tags["code_end"], tags["code_output_begin"], tags["code_output_end"])
-
-
-def pending_call(text: str, tags: Tags) -> str | None:
-    """The call a turn of the model ended with, or None: the text after the last ``code_begin`` when that tag
-    opens a block the turn left open (no ``code_end`` after it). The backends cut a turn at the stop string
-    ``code_end`` and leave it out, so a turn that stopped there ends inside the block; a turn that ended with EOS
-    inside an open block is read as a call too."""
-    start = text.rfind(tags.code_begin)
-    if start < 0:
-        return None
-    body = text[start + len(tags.code_begin) :]
-    if tags.code_end in body:
-        return None
-    last_output = text.rfind(tags.code_output_begin)
-    if last_output > start:
-        return None
-    return body
-
-
-def pending_tool_call(text: str, tags_by_tool: dict[str, Tags]) -> tuple[str, str] | None:
-    """(tool, call) of the call a turn ended with among several tools, each with its own tags (``pending_call``);
-    where more than one tool's tags read as open, the one opened last. None: the turn made no call."""
-    found = None
-    for name, tags in tags_by_tool.items():
-        call = pending_call(text, tags)
-        if call is not None:
-            start = len(text) - len(call)
-            if found is None or start > found[0]:
-                found = (start, name, call)
-    return None if found is None else (found[1], found[2])
 
 
 @dataclass(frozen=True)
@@ -125,12 +95,6 @@ def output_parts(output: str, tags: Tags, end_written: int = 0) -> tuple[str, st
     if tags.code_output_begin.endswith("\n") and output and not output.endswith("\n"):
         output += "\n"
     return tags.code_end[end_written:] + tags.code_output_begin, output, tags.code_output_end
-
-
-def output_block(output: str, tags: Tags) -> str:
-    """What the loop appends after a call the backend cut at ``code_end``: the tag, then the output in its tags
-    (``output_parts``)."""
-    return "".join(output_parts(output, tags))
 
 
 def output_spans(text: str, tags: Tags) -> list[tuple[int, int]]:

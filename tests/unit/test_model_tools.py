@@ -18,7 +18,7 @@ from snakeskills.prompts import resolve_prompt
 from snakeskills.tools.loop import ToolLoop, ToolUse, turn_seed
 from snakeskills.tools.model_tool import ModelToolSettings, asked_model, call_seed
 from snakeskills.tools.price import Price, price_from_config
-from snakeskills.tools.protocol import Tags, pending_tool_call, tools_output_spans
+from snakeskills.tools.protocol import Tags, ToolCall, tools_output_spans, turn_call
 from snakeskills.tools.registry import tools_settings
 from snakeskills.training.grpo import REWARD_TERMS, JudgeRewards, reward_weight, reward_weights
 
@@ -158,11 +158,10 @@ def test_each_call_goes_to_the_tool_its_tags_open_and_its_output_comes_back_in_t
 def test_a_tools_tags_inside_another_tools_output_are_not_a_call(expert):
     # the expert's answer holds an unclosed <calc>: the student's next turn is read after that output
     text = "<ask>1+1</ask><ans>use <calc></ans>\\boxed{2}"
-    assert pending_tool_call(text[text.index("</ans>") + 6 :], {"calculator": CALC, "expert": ASK}) is None
-    assert pending_tool_call("a <calc>1+1", {"calculator": CALC, "expert": ASK}) == ("calculator", "1+1")
-    assert pending_tool_call("<calc>1</calc><out>1</out><ask>2+2", {"calculator": CALC, "expert": ASK}) == (
-        "expert",
-        "2+2",
+    assert turn_call(text[text.index("</ans>") + 6 :], {"calculator": CALC, "expert": ASK}) is None
+    assert turn_call("a <calc>1+1", {"calculator": CALC, "expert": ASK}) == ToolCall("calculator", "1+1")
+    assert turn_call("<calc>1</calc><out>1</out><ask>2+2", {"calculator": CALC, "expert": ASK}) == ToolCall(
+        "expert", "2+2"
     )
 
 

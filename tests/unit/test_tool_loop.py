@@ -14,7 +14,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import AskedModel, ask_model_per_row
 from snakeskills.io import read_jsonl
 from snakeskills.tools.loop import ToolLoop, ToolUse, turn_seed
-from snakeskills.tools.protocol import Tags, answer_text, output_spans, pending_call
+from snakeskills.tools.protocol import Tags, answer_text, output_spans, turn_call
 from snakeskills.tools.registry import tools_settings
 
 TAGS = Tags("<calc>", "</calc>", "<out>", "</out>")
@@ -110,7 +110,7 @@ def test_a_call_beyond_max_calls_is_not_run_and_ends_the_sample():
     assert result.tools["code_rounds_executed"] == 1
     assert result.tools["tool_call_over_limit"] is True
     assert result.generation.count("<out>") == 1
-    assert pending_call(result.generation, TAGS) is not None  # it ends inside the call it was refused
+    assert turn_call(result.generation, {"calculator": TAGS}) is not None  # it ends inside the call it was refused
 
 
 def test_a_tool_error_is_shown_to_the_model_and_counted():
