@@ -1,6 +1,6 @@
 """How a tool call and its output sit in a model's text: the tags (``Tags``, NeMo-Skills' code tags), the call a
-turn ends with (``turn_call``), the output block the loop appends, and where the tool outputs of a finished transcript lie (what
-the trainers mask out of the loss and what the judge skips).
+turn ends with (``turn_call``), the output block the loop appends, and where the tool outputs of a finished
+transcript lie (what the trainers mask out of the loss and what the judge skips).
 
 A transcript reads ``...{code_begin}CALL{code_end}{code_output_begin}OUTPUT{code_output_end}...``: the model writes
 everything but the output blocks, which the loop appends (``output_parts``), so the model never learns to predict
