@@ -78,8 +78,15 @@ onstart:
 
 
 onsuccess:
-    print_comparison()
+    if Path(LAYOUT.summary_table).exists():
+        print(f"\n{Path(LAYOUT.summary_table).read_text()}", flush=True)
 
 
+# after a failed or interrupted run (Ctrl-C): what was kept and how to go on, below Snakemake's report
 onerror:
-    print_resume_hint()
+    print(
+        "\nsnakeskills: the run stopped (a failed job, or Ctrl-C). Finished jobs are kept, and so is the progress"
+        " of unfinished generate and judge jobs: fix what a failed job's log says (above), then run the same"
+        " command again to resume; -n shows what is left.",
+        flush=True,
+    )

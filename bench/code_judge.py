@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from snakeskills.judging.judge import judge_records
+from snakeskills.settings.judging import RuleJudge
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_SECONDS = 2.0
@@ -118,7 +119,8 @@ def main() -> None:
     for _ in range(arguments.repeats):
         for name, sandbox in (("snakeskills", "bwrap"), ("snakeskills_unsandboxed", "none")):
             started = time.perf_counter()
-            judged[name] = judge_records(records, {**settings, "sandbox": sandbox}, num_workers=arguments.workers)
+            judge = RuleJudge.from_dict({**settings, "sandbox": sandbox}, "judge")
+            judged[name] = judge_records(records, judge, num_workers=arguments.workers)
             times[name].append(time.perf_counter() - started)
         started = time.perf_counter()
         plain = plain_harness(records)

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from snakeskills.job import CPU_KERNELS, machine_cpu_kernels, snakemake_command
-from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE
+from snakeskills.training.tiny_bootstrap import BOOTSTRAP_METRICS_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = "results/tiny-arithmetic"

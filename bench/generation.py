@@ -52,7 +52,7 @@ from pathlib import Path
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import HFBackend, compiled_decoding_step
-from snakeskills.training.tiny_model import save_random_llama
+from snakeskills.models.tiny_model import save_random_llama
 
 REPO = Path(__file__).resolve().parent.parent
 VOCABULARY = 151_936

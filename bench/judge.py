@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from snakeskills.judging.judge import judge_records, quick_verdict
+from snakeskills.settings.judging import RuleJudge
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,15 +73,18 @@ def typical_records(count: int, seed: int) -> list[dict]:
 
 
 def time_judging(records: list[dict], workers: int, timeout: float) -> tuple[float, list[dict]]:
-    config = {
-        "extraction": "boxed",
-        "regex": None,
-        "equivalence": "math-verify",
-        "timeout_seconds": timeout,
-        "memory_limit_mb": 4096,
-    }
+    judge = RuleJudge.from_dict(
+        {
+            "extraction": "boxed",
+            "regex": None,
+            "equivalence": "math-verify",
+            "timeout_seconds": timeout,
+            "memory_limit_mb": 4096,
+        },
+        "judge",
+    )
     start = time.perf_counter()
-    judged = judge_records(records, config, num_workers=workers)
+    judged = judge_records(records, judge, num_workers=workers)
     return time.perf_counter() - start, judged
 
 

@@ -1,7 +1,7 @@
 """Serving a model as a tool: the expert of the orchestrator example (SmolLM2-135M-Instruct fine-tuned on sums,
-``snakeskills.arithmetic_expert``) asked by several jobs, through one shared model server per node (what a model tool
-always uses) against the obvious alternative, each job loading the expert itself; and its calls batched (the calls
-that wait together go as one batch, ``tools.workers`` at once) against one call at a time.
+``snakeskills.training.arithmetic_expert``) asked by several jobs, through one shared model server per node (what a
+model tool always uses) against the obvious alternative, each job loading the expert itself; and its calls batched
+(the calls that wait together go as one batch, ``tools.workers`` at once) against one call at a time.
 
 Usage: python bench/model_tools.py [--jobs 3] [--calls 64] [--workers 32] [--output bench/results/model-tools-cpu.json]
 
@@ -36,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from snakeskills.plan.config import default_config
 from snakeskills.prompts import resolve_prompt
 from snakeskills.tools import model_tool
+from snakeskills.settings.tools import ModelTool, Tools
 from snakeskills.tools.model_tool import ModelToolSession, ModelToolSettings
-from snakeskills.tools.session import ToolSettings
 
 mode, expert, servers, calls, workers, job = sys.argv[1:7]
 calls, workers, job = int(calls), int(workers), int(job)
@@ -46,18 +46,23 @@ generation = {**config["generation"], "backend": "hf", "batch_size": 64,
               "sampling": {**config["generation"]["sampling"], "temperature": 0.7, "max_new_tokens": 16},
               "share_model": {**config["generation"]["share_model"], "directory": servers, "idle_seconds": 120}}
 prompt = resolve_prompt({**config["prompt"], "system": None, "user": "{problem}=", "chat_template": True})
-settings = ModelToolSettings("expert", {"path": expert, "dtype": "auto", "trust_remote_code": False}, expert,
-                             prompt, generation)
+model = {"path": expert, "dtype": "auto", "trust_remote_code": False}
+section = ModelTool.filled({"model": model, "prompt": {}, "generation": generation, "tags": "markdown"},
+                           "tools.models.expert")
+settings = ModelToolSettings("expert", section.replace(prompt=prompt, model_path=expert))
+limits = Tools.filled({"tool": "expert"}, "tools")
 if mode == "per_job":  # the alternative: this job loads the expert itself
-    from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.backends import backend_from_config, sampling_params
+    from snakeskills.settings.generation import Generation
     asked = model_tool.asked_model(settings)
-    local = {**generation, "share_model": {**generation["share_model"], "enabled": False}}
-    asked.backend = backend_from_config(local, settings.model, model_path=expert, adapter_path=None, threads=2,
+    local = Generation.from_dict({**generation, "share_model": {**generation["share_model"], "enabled": False}},
+                                 "generation")
+    asked.backend = backend_from_config(local, model, model_path=expert, adapter_path=None, threads=2,
                                         chat_template=True, chat_template_kwargs={})
-    asked.sampling = sampling_from_config(local["sampling"], prompt)
+    asked.sampling = sampling_params(local.sampling, prompt)
 problems = [f"{10 + (7 * i + job) % 90}+{10 + (13 * i + 3 * job) % 90}" for i in range(calls)]
 def ask(index):
-    session = ModelToolSession(ToolSettings("expert"), settings, seed=1000 * job + index)
+    session = ModelToolSession(limits, settings, seed=1000 * job + index)
     return session.call(problems[index]).output
 with ThreadPoolExecutor(max_workers=workers) as pool:
     answers = list(pool.map(ask, range(calls)))
@@ -97,7 +102,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "model-tools-cpu.json"))
     arguments = parser.parse_args()
-    from snakeskills.arithmetic_expert import arithmetic_expert_folder
+    from snakeskills.training.arithmetic_expert import arithmetic_expert_folder
 
     expert = str(arithmetic_expert_folder())
     report = {

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from snakeskills.backends import GenerationRequest, SamplingParams  # noqa: E402
-from snakeskills.training.tiny_model import save_random_llama  # noqa: E402
+from snakeskills.models.tiny_model import save_random_llama  # noqa: E402
 from tests.gpu.test_gpu import ENDING, SHAPE, VOCABULARY, random_hf  # noqa: E402
 
 

@@ -60,9 +60,8 @@ def main() -> None:
     from snakeskills.backends.hf import HFBackend
     from snakeskills.backends.types import GenerationRequest, SamplingParams
     from snakeskills.models.pretrained import packaged_model_folder
+    from snakeskills.settings.tools import TAG_PRESETS, Tools
     from snakeskills.tools.loop import ToolLoop, ToolUse
-    from snakeskills.tools.protocol import TAG_PRESETS
-    from snakeskills.tools.registry import tools_settings
 
     torch.set_num_threads(arguments.threads)
     path = str(packaged_model_folder("smollm2-135m-instruct"))
@@ -70,7 +69,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tags = TAG_PRESETS["markdown"]
-    use = ToolUse(tools_settings({"tool": "calculator", "sandbox": "none"}), tags, max_calls=2, workers=4)
+    use = ToolUse(Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools"), tags, max_calls=2, workers=4)
     loop = ToolLoop(HFBackend.around(model, tokenizer, batch_size=arguments.prompts), use)
     sampling = SamplingParams(arguments.temperature, 1.0, 0, arguments.max_new_tokens, stop=STOP)
     requests = [

@@ -171,6 +171,7 @@ def run_backend(arguments) -> None:
     """The child: load the backend, warm each mode up, run the modes alternating, print JSON."""
     from snakeskills.backends import GenerationRequest, SamplingParams
     from snakeskills.judging.judge import judged_text
+    from snakeskills.settings.tools import Tools
     from snakeskills.tools.loop import ToolLoop, tool_use
 
     workload = json.loads(Path(arguments.workload_file).read_text())
@@ -181,7 +182,7 @@ def run_backend(arguments) -> None:
     load_s = time.perf_counter() - started
     engines = {"none": counting}
     for tool in ("python", "calculator"):
-        engines[tool] = ToolLoop(counting, tool_use(tool_section(tool)))
+        engines[tool] = ToolLoop(counting, tool_use(Tools.filled(tool_section(tool), "tools")))
     requests = [
         GenerationRequest(seed=seed, prompt_token_ids=tuple(ids))
         for seed, ids in enumerate(workload["prompt_token_ids"])

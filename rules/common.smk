@@ -1,6 +1,8 @@
 # Validation, the plan, and input functions. Every decision (checks, models, rounds, which samples feed which SFT,
 # seeds, each job's settings, GPUs and env) is made by the snakeskills.plan package, which tests/unit/test_plan.py
-# covers without Snakemake; the rules read file patterns from LAYOUT (snakeskills.plan.layout.Layout).
+# covers without Snakemake; the rules read file patterns from LAYOUT (snakeskills.plan.layout.Layout) and call
+# PLAN's methods directly (`lambda w: PLAN.judged_seed_files(w.model, w.benchmark, w.split)`); the functions
+# below are those that do more than pass wildcards on, or that several rules share.
 import os
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
+from snakeskills.settings.run import RunSettings
 from snakeskills.training.methods import TRAINING_METHODS
 from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, benchmark_prompt, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
@@ -28,20 +31,18 @@ min_version("9.0")
 # benchmark presets merged with the keys given next to them, then the schema checks the full config and fills
 # its defaults; then the cross-key, model folder and results folder checks
 prepare_config(config, verbose=workflow.output_settings.verbose)
+SETTINGS = RunSettings.from_config(config)  # the typed sections, read once
 EXECUTOR = started_executor()  # --executor, or the profile's (profiles/slurm: slurm); a dry run's too
 GPU_NODES = planning_for_gpu_nodes(EXECUTOR)
-check_config(config, gpus_available=GPU_NODES)
+check_config(config, gpus_available=GPU_NODES, settings=SETTINGS)
 check_code_sandbox(config)
-check_model_paths(config)
+check_model_paths(config, SETTINGS)
 RESULTS = Path(config["results_dir"]) / config["experiment"]
 check_results_dir(RESULTS.absolute())
 LAYOUT = Layout.under(RESULTS)
 LOGS = Path(LAYOUT.logs)
-PLAN = Plan(config, LAYOUT)
+PLAN = Plan(config, LAYOUT, SETTINGS)
 SYNTHESIS = PLAN.synthesis  # None without synthesis (rules/synthesis.smk is then not included)
-LEGACY_NAMES = PLAN.legacy_sft_rounds_note()
-if LEGACY_NAMES:
-    print(LEGACY_NAMES, file=sys.stderr)
 
 
 def gpus_available():
@@ -52,7 +53,7 @@ def gpus_available():
     (check_devices)."""
     available = GPU_NODES or workflow.non_local_exec or cluster_run(EXECUTOR or started_executor())
     if not available:
-        check_devices(config)
+        check_devices(config, SETTINGS)
     return available
 
 
@@ -86,24 +87,6 @@ os.environ.update(SNAKESKILLS_JOB_PYTHON=job_python())
 # ---------------------------------------------------------------- input, params and resource functions
 
 
-def benchmark_source_files(wildcards):
-    return local_source_files(config["benchmarks"][wildcards.benchmark], wildcards.split)
-
-
-def benchmark_preparing_spec(wildcards):
-    """What decides a benchmark's prepared rows: its spec without how it is asked and judged."""
-    return preparing_spec(config["benchmarks"][wildcards.benchmark])
-
-
-def prepare_data_threads(wildcards):
-    """A code benchmark's preparing runs its reference solutions, as many at a time as a judge job; others: 1."""
-    return judge_threads() if is_code_benchmark(config, wildcards.benchmark) else 1
-
-
-def generation_model_inputs(wildcards):
-    return PLAN.generation_model_inputs(wildcards.model)
-
-
 def generation_settings(wildcards):
     return PLAN.generation_settings(wildcards.model, wildcards.benchmark, wildcards.split)
 
@@ -113,22 +96,6 @@ def local_run():
     (`--profile slurm`). Here a shared model server (generation.share_model) claims its GPUs itself and the jobs it
     serves declare none, so they run side by side (snakeskills.backends.specs.declared_job_gpus)."""
     return not (workflow.non_local_exec or cluster_run(EXECUTOR or started_executor()))
-
-
-def generation_job_gpus(wildcards):
-    return PLAN.generation_gpus(wildcards.model, wildcards.split, gpus_available(), local_run=local_run())
-
-
-def generation_job_memory(wildcards):
-    return PLAN.generation_resources(wildcards.model, wildcards.split)["mem_mb"]
-
-
-def generation_job_runtime(wildcards):
-    return PLAN.generation_resources(wildcards.model, wildcards.split)["runtime"]
-
-
-def generation_job_env(wildcards):
-    return PLAN.generation_env(wildcards.model, wildcards.split)
 
 
 def rule_judge_config(wildcards) -> JobSettings:
@@ -142,27 +109,6 @@ def judge_threads():
     return config["judge"]["threads"] or workflow.cores
 
 
-def llm_judge_gpus(wildcards):
-    return PLAN.llm_judge_gpus(gpus_available(), local_run=local_run())
-
-
-def judged_chunks(wildcards):
-    """Chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark."""
-    return PLAN.judged_chunks(wildcards.model, wildcards.benchmark, wildcards.split, wildcards.seed)
-
-
-def judged_seed_files(wildcards):
-    return PLAN.judged_seed_files(wildcards.model, wildcards.benchmark, wildcards.split)
-
-
-def named_metrics(wildcards):
-    return benchmark_metrics(config, wildcards.benchmark)
-
-
-def sft_judged_files(wildcards):
-    return PLAN.sft_judged_files(wildcards.model)
-
-
 def sft_filters():
     """sft.filters, with sft.pass_rate as its pass_rate where it leaves out problems (a run with the default keeps the
     value it always had, so its SFT data is not made again)."""
@@ -171,39 +117,19 @@ def sft_filters():
     return config["sft"]["filters"] if every_problem else {**config["sft"]["filters"], "pass_rate": bounds}
 
 
-def sft_data_sources(wildcards):
-    return [source for source, _, _ in PLAN.sft_judged_sources(wildcards.model)]
-
-
-def sft_prompts(wildcards):
-    """The resolved prompt of each SFT source, in sft_judged_files' order (the student's, with its benchmark's
-    question)."""
-    return [resolve_prompt(prompt) for prompt in PLAN.sft_prompts(wildcards.model)]
-
-
 def sft_dataset_name(wildcards):
     """The name `dataset_info.json` gives a round's export (LLaMA-Factory's `dataset` argument)."""
     return f"{config['experiment']}-{wildcards.model}"
 
 
-def training_init(wildcards):
-    """What a round's training continues from (init continue): the same method's previous round's output."""
-    return PLAN.training_init(wildcards.model)
-
-
 def training_job_gpus(wildcards):
-    """GPUs of a training job (every method's: sft.gpus)."""
+    """GPUs of a training job (every method's: training.gpus)."""
     return training_gpus(config, gpus_available())
 
 
 def training_settings(wildcards):
     """The settings that decide a round's weights, from its training method's section."""
     return PLAN.training_for(wildcards.model).training_config(gpus_available())
-
-
-def training_data(method):
-    """The data file a method's rounds train on (its data rule's output)."""
-    return getattr(LAYOUT, TRAINING_METHODS[method].data)
 
 
 def training_judging(wildcards):
@@ -213,7 +139,7 @@ def training_judging(wildcards):
         return {}
     judging = {"judges": grpo_judges(wildcards), "reasoning": student_reasoning(wildcards)}
     if PLAN.tools is not None:  # GRPO samples with the student's tools
-        judging["tools"] = PLAN.tools.training_section()
+        judging["tools"] = PLAN.tools.training_section().to_dict()
     return judging
 
 
@@ -234,11 +160,6 @@ def previous_model_train_prompts(wildcards):
     ]
 
 
-def method_pass_rate(wildcards):
-    """The pass-rate range of a round's training problems (<method>.pass_rate)."""
-    return PLAN.training_for(wildcards.model).section["pass_rate"]
-
-
 def student_reasoning(wildcards):
     """The student's parse_reasoning settings: GRPO's judge reads the answer after the thinking, as for samples."""
     generation = config["generation"]
@@ -248,24 +169,3 @@ def student_reasoning(wildcards):
 def grpo_judges(wildcards):
     """Each train benchmark's rule-based judge settings: GRPO's reward is their verdict."""
     return {benchmark: benchmark_judge(config, benchmark) for benchmark in config["train_benchmarks"]}
-
-
-def base_model_path(wildcards):
-    """The base checkpoint folder as a params function (a path written into params as a string fails --lint)."""
-    return PLAN.base_model_folder()
-
-
-def print_resume_hint():
-    """After a failed or interrupted run (Ctrl-C): what was kept and how to go on, below Snakemake's report."""
-    print(
-        "\nsnakeskills: the run stopped (a failed job, or Ctrl-C). Finished jobs are kept, and so is the progress"
-        " of unfinished generate and judge jobs: fix what a failed job's log says (above), then run the same"
-        " command again to resume; -n shows what is left.",
-        flush=True,
-    )
-
-
-def print_comparison():
-    table = Path(LAYOUT.summary_table)
-    if table.exists():
-        print(f"\n{table.read_text()}", flush=True)

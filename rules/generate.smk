@@ -2,7 +2,7 @@
 rule generation_settings:
     input:
         split=LAYOUT.prepared,
-        model=generation_model_inputs,
+        model=lambda w: PLAN.generation_model_inputs(w.model),
     output:
         LAYOUT.generation_settings,
     params:
@@ -27,11 +27,11 @@ rule generate:
         LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     resources:
-        gpu=generation_job_gpus,
-        mem_mb=generation_job_memory,
-        runtime=generation_job_runtime,
+        gpu=lambda w: PLAN.generation_gpus(w.model, w.split, gpus_available(), local_run=local_run()),
+        mem_mb=lambda w: PLAN.generation_resources(w.model, w.split)["mem_mb"],
+        runtime=lambda w: PLAN.generation_resources(w.model, w.split)["runtime"],
     conda:
-        generation_job_env
+        lambda w: PLAN.generation_env(w.model, w.split)
     shell:
         "\"$SNAKESKILLS_JOB_PYTHON\" -m snakeskills.cli generate --wildcards {wildcards:q} --settings {input:q}"
         " --threads {threads} --gpus {resources.gpu} --output {output:q} --log {log:q}"

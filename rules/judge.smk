@@ -40,7 +40,7 @@ rule llm_judge:
         LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
     threads: 1
     resources:
-        gpu=llm_judge_gpus,
+        gpu=lambda w: PLAN.llm_judge_gpus(gpus_available(), local_run=local_run()),
         mem_mb=PLAN.llm_judge_resources()["mem_mb"],
         runtime=PLAN.llm_judge_resources()["runtime"],
     conda:
@@ -50,9 +50,10 @@ rule llm_judge:
         " --gpus {resources.gpu} --input {input.judged:q} --output {output:q} --log {log:q}"
 
 
+# chunks merged into one seed file: LLM-judged ones where the LLM judge reads the benchmark
 rule merge_judged:
     input:
-        judged_chunks,
+        lambda w: PLAN.judged_chunks(w.model, w.benchmark, w.split, w.seed),
     output:
         LAYOUT.judged,
     log:

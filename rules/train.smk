@@ -7,14 +7,14 @@ for method in PLAN.methods:
         name:
             method
         input:
-            data=training_data(method),
+            data=getattr(LAYOUT, TRAINING_METHODS[method].data),  # the method's data rule's output
             model=PLAN.base_model_inputs(),
-            init=training_init,
+            init=lambda w: PLAN.training_init(w.model),  # init continue: the same method's previous round's output
         output:
             tuned=directory(PLAN.training_output(method)),
         params:
             method=method,
-            model_path=base_model_path,
+            model_path=lambda w: PLAN.base_model_folder(),
             model=config["model"],
             settings=training_settings,
             judging=training_judging,

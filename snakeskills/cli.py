@@ -31,15 +31,11 @@ import json
 from typing import TYPE_CHECKING
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.job import read_job_settings, script_logging
+from snakeskills.job import script_logging
 
 if TYPE_CHECKING:
     from snakeskills.generation.model_job import AskedModel
-
-GENERATION_SETTINGS_KEYS = (
-    *("split", "model", "model_path", "adapter_path", "generation", "prompt", "allow_empty_chunk", "tools", "price"),
-)
-LLM_JUDGE_SETTINGS_KEYS = ("llm", "prompt")
+    from snakeskills.settings.generation import Generation
 
 
 def parse_wildcards(text: str) -> dict[str, str]:
@@ -56,7 +52,7 @@ def parse_wildcards(text: str) -> dict[str, str]:
     return wildcards
 
 
-def claim_gpus_for(generation: dict, gpus: int) -> None:
+def claim_gpus_for(generation: Generation, gpus: int) -> None:
     """The job's GPUs (its rule's gpu resource); the one the config pins (hf device cuda:N) if it pins one."""
     from snakeskills.backends.gpus import claim_job_gpus
     from snakeskills.backends.specs import pinned_device
@@ -67,11 +63,11 @@ def claim_gpus_for(generation: dict, gpus: int) -> None:
 
 
 def asked_model(
-    arguments: argparse.Namespace, *, model: dict, generation: dict, prompt: dict, model_path, adapter_path
+    arguments: argparse.Namespace, *, model: dict, generation: Generation, prompt: dict, model_path, adapter_path
 ) -> AskedModel:
     """The model a job asks, as its settings file says: its backend on the job's threads and GPUs, its resolved
     prompt, sampling and reasoning settings; the settings file is part of the job's fingerprint."""
-    from snakeskills.backends import backend_from_config, sampling_from_config
+    from snakeskills.backends import backend_from_config, sampling_params
     from snakeskills.generation.model_job import AskedModel, reasoning_settings
     from snakeskills.prompts import chat_format
 
@@ -87,9 +83,9 @@ def asked_model(
     return AskedModel(
         backend=backend,
         prompt=prompt,
-        sampling=sampling_from_config(generation["sampling"], prompt),
+        sampling=sampling_params(generation.sampling, prompt),
         reasoning=reasoning_settings(generation),
-        rows_per_flush=generation["rows_per_flush"],
+        rows_per_flush=generation.rows_per_flush,
         fingerprint_files=[arguments.settings],
     )
 
@@ -97,46 +93,47 @@ def asked_model(
 def judging_model(arguments: argparse.Namespace) -> AskedModel:
     """The model of a job that asks a judging model (the LLM judge, the contamination checker), from its settings
     file (``llm``: model and generation sections; ``prompt``)."""
-    settings = read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)
-    llm = settings["llm"]
+    from snakeskills.settings.jobs import LLMJudgeJob
+
+    job = LLMJudgeJob.from_json(arguments.settings)
     return asked_model(
         arguments,
-        model=llm["model"],
-        generation=llm["generation"],
-        prompt=settings["prompt"],
-        model_path=llm["model"]["path"],
+        model=job.llm.model.to_dict(),
+        generation=job.llm.generation,
+        prompt=job.prompt,
+        model_path=job.llm.model.path,
         adapter_path=None,
     )
 
 
 def run_generate(arguments: argparse.Namespace) -> None:
     from snakeskills.generation.generate import generate_chunk
-    from snakeskills.tools.price import price_from_config
+    from snakeskills.settings.jobs import GenerationJob
 
     with script_logging(arguments.log) as logger:
-        settings = read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)
+        job = GenerationJob.from_json(arguments.settings)
         model = asked_model(
             arguments,
-            model=settings["model"],
-            generation=settings["generation"],
-            prompt=settings["prompt"],
-            model_path=settings["model_path"],
-            adapter_path=settings["adapter_path"],
+            model=job.model,
+            generation=job.generation,
+            prompt=job.prompt,
+            model_path=job.model_path,
+            adapter_path=job.adapter_path,
         )
-        if settings["tools"] is not None:
+        if job.tools is not None:
             from snakeskills.tools.loop import ToolLoop, tool_use
 
-            model = dataclasses.replace(model, backend=ToolLoop(model.backend, tool_use(settings["tools"])))
-            logger.info("tools: %s", json.dumps(settings["tools"]))
+            model = dataclasses.replace(model, backend=ToolLoop(model.backend, tool_use(job.tools)))
+            logger.info("tools: %s", json.dumps(job.tools.to_dict()))
         counts = generate_chunk(
             model,
-            prepared_path=settings["split"],
+            prepared_path=job.split,
             output_path=arguments.output,
             chunk_index=int(arguments.wildcards["chunk"]),
             num_chunks=int(arguments.wildcards["num_chunks"]),
             random_seed=int(arguments.wildcards["seed"]),
-            allow_empty_chunk=settings["allow_empty_chunk"],
-            price=None if settings["price"] is None else price_from_config(settings["price"], "price"),
+            allow_empty_chunk=job.allow_empty_chunk,
+            price=job.price,
         )
         logger.info("generate done: %s", counts)
 
@@ -144,14 +141,15 @@ def run_generate(arguments: argparse.Namespace) -> None:
 def run_judge(arguments: argparse.Namespace) -> None:
     from snakeskills.io import read_jsonl, write_jsonl
     from snakeskills.judging.judge import judge_records
+    from snakeskills.settings.judging import RuleJudge
 
     with script_logging(arguments.log) as logger:
         try:
-            settings = json.loads(arguments.settings_json)
+            judge = RuleJudge.from_dict(json.loads(arguments.settings_json), "--settings-json")
         except json.JSONDecodeError as error:
             raise SnakeskillsError(f"--settings-json is not JSON ({error.msg})") from None
         records = read_jsonl(arguments.input)
-        judged = judge_records(records, settings, num_workers=arguments.threads, source=arguments.input)
+        judged = judge_records(records, judge, num_workers=arguments.threads, source=arguments.input)
         rows = write_jsonl(arguments.output, judged)
         logger.info("judged %d rows", rows)
 
@@ -340,12 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def job_generation_section(arguments: argparse.Namespace) -> dict | None:
+def job_generation_section(arguments: argparse.Namespace) -> Generation | None:
     """The generation section of a job that asks a model (its settings file), else None (the rule-based judge)."""
+    from snakeskills.settings.jobs import GenerationJob, LLMJudgeJob
+
     if arguments.command == "generate":
-        return read_job_settings(arguments.settings, GENERATION_SETTINGS_KEYS)["generation"]
+        return GenerationJob.from_json(arguments.settings).generation
     if arguments.command in ("llm-judge", "llm-contamination-check"):
-        return read_job_settings(arguments.settings, LLM_JUDGE_SETTINGS_KEYS)["llm"]["generation"]
+        return LLMJudgeJob.from_json(arguments.settings).llm.generation
     return None
 
 

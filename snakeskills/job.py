@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.io import read_json
 
 # The environment that makes torch, MKL and oneDNN use one CPU's kernels: float rounding differs between them, so
 # a training run follows another trajectory on each (tests and bench/demo_kernels.py run the default under each).
@@ -156,12 +155,3 @@ class JobSettings(dict):
 
     def __format__(self, format_spec: str) -> str:
         return self.json
-
-
-def read_job_settings(path: str | os.PathLike, keys: tuple[str, ...]) -> dict:
-    """Read a settings file (scripts/write_settings.py); fails naming the file and the missing keys."""
-    settings = read_json(path)
-    missing = [key for key in keys if key not in settings]
-    if missing:
-        raise SnakeskillsError(f"{path}: settings file lacks {', '.join(missing)}; rerun its settings rule")
-    return settings

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from snakeskills.job import snakemake_command
+from snakeskills.settings.judging import RuleJudge
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
@@ -168,6 +169,12 @@ def default_section(*keys: str) -> dict:
     return copy.deepcopy(section)
 
 
+def rule_judge(settings: dict | None = None, /, **overrides) -> RuleJudge:
+    """The rule-based judge's settings (``judge_records``', majority labels') from a dict of its keys and
+    ``overrides``."""
+    return RuleJudge.from_dict({**(settings or {}), **overrides}, "judge")
+
+
 def generation_section(**overrides) -> dict:
     """The embedded default's ``generation`` section with ``overrides``, validated again: the schema fills the
     defaults of what the overrides add (an ``openai`` section, say), as the workflow would."""
@@ -222,8 +229,9 @@ def asked_model(backend, prompt, sampling, *, rows_per_flush, fingerprint_files=
 def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
     """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
     from snakeskills.backends import build_backend, local_backend_options
+    from snakeskills.settings.generation import Generation
 
-    section = generation_section(backend="hf", **generation)
+    section = Generation.from_dict(generation_section(backend="hf", **generation), "generation")
     model = {"dtype": dtype, "trust_remote_code": False}
     return build_backend("hf", **local_backend_options(section, model, str(model_path), adapter_path, threads))
 
@@ -253,6 +261,28 @@ def teacher_section(
         "prompt": {"user": "{problem}=", "chat_template": True},
         **settings,
     }
+
+
+def model_tool_settings(
+    name: str,
+    prompt: dict,
+    generation: dict,
+    *,
+    model: dict | None = None,
+    model_path: str | None = None,
+    tags="markdown",
+):
+    """The model tool ``name`` as a job asks it (``tools.model_tool.ModelToolSettings``): its ``generation`` and
+    ``model`` sections (the schema's defaults filling the rest) and ``tags`` (a preset's name, the four tags as a
+    dict, or a ``Tags``), with the resolved ``prompt`` and the weights' folder set as the plan sets them."""
+    from snakeskills.settings.tools import ModelTool, Tags
+    from snakeskills.tools.model_tool import ModelToolSettings
+
+    tags = tags.to_dict() if isinstance(tags, Tags) else tags
+    generation = generation.to_dict() if hasattr(generation, "to_dict") else generation
+    section = {"model": model or {}, "prompt": {}, "generation": generation, "tags": tags}
+    model_tool = ModelTool.filled(section, f"tools.models.{name}")
+    return ModelToolSettings(name, model_tool.replace(prompt=prompt, model_path=model_path))
 
 
 def nonzero_lora(tiny_checkpoint, seed: int):
@@ -388,7 +418,7 @@ def apt_installed(command: str, package: str, why: str) -> None:
 def bubblewrap() -> None:
     """bubblewrap, the code judge's sandbox (``apt_installed``). Installed but unable to start a sandbox is a
     failure."""
-    from snakeskills.judging.sandbox import sandbox_problem
+    from snakeskills.sandbox.containment import sandbox_problem
 
     apt_installed("bwrap", "bubblewrap", "the code judge's sandbox needs bubblewrap")
     sandbox_problem.cache_clear()
@@ -420,7 +450,7 @@ def save_tiny_llama(folder: Path, *, num_layers: int, max_positions: int, silent
     position's prediction reads its own token only (as without decoder layers)."""
     import torch
 
-    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
+    from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_llama(
@@ -481,11 +511,11 @@ def smollm2() -> Path:
 
 # A teacher must know the task better than the student. The stock SmolLM2-135M-Instruct solves 0-7 % of 2-digit
 # sums (any prompt tried), so the test teacher (tests/external/test_teacher.py) is SmolLM2 after a short supervised
-# fine-tune on labelled sums (snakeskills.arithmetic_expert: about 5 minutes on 2 cores, once per machine,
+# fine-tune on labelled sums (snakeskills.training.arithmetic_expert: about 5 minutes on 2 cores, once per machine,
 # cached beside the converted model, built under a lock: two pytest workers may ask at once).
 @pytest.fixture(scope="session")
 def arithmetic_teacher(smollm2) -> Path:
-    from snakeskills.arithmetic_expert import arithmetic_expert_folder
+    from snakeskills.training.arithmetic_expert import arithmetic_expert_folder
 
     return arithmetic_expert_folder()
 
@@ -533,14 +563,16 @@ def tool_caller(tmp_path_factory) -> Path:
     """The character-level tiny Llama after a quick SFT on ``TOOL_CALLER_LEARNED`` (the tools' outputs masked out of
     its loss, as the bootstrap trains), saved as a checkpoint folder: at a low temperature it writes the calls by
     itself."""
+    from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
+    from snakeskills.settings.tools import Tools
     from snakeskills.tools.loop import tool_use
     from snakeskills.training.sft import train_on_examples
-    from snakeskills.training.tiny_model import bootstrap_example, build_char_tokenizer, build_tiny_llama
+    from snakeskills.training.tiny_bootstrap import bootstrap_example
 
     folder = tmp_path_factory.mktemp("tool-caller")
     tokenizer = build_char_tokenizer()
     model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=96)
-    tags = [tool.tags for tool in tool_use(TOOL_CALLER_TOOLS).tools().values()]
+    tags = [tool.tags for tool in tool_use(Tools.filled(TOOL_CALLER_TOOLS, "tools")).tools().values()]
     examples = [
         bootstrap_example(tokenizer(prompt)["input_ids"], completion, tags)
         for prompt, completion in TOOL_CALLER_LEARNED.items()

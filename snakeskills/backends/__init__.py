@@ -7,6 +7,8 @@ which other rows share its batch or chunk (the same contract as vLLM's per-reque
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from snakeskills.backends.types import (
     GenerationRequest,
     GenerationResult,
@@ -16,6 +18,9 @@ from snakeskills.backends.types import (
 )
 from snakeskills.errors import SnakeskillsError
 
+if TYPE_CHECKING:
+    from snakeskills.settings.generation import Generation, Sampling
+
 __all__ = [
     "GenerationRequest",
     "GenerationResult",
@@ -24,7 +29,7 @@ __all__ = [
     "build_backend",
     "build_request",
     "context_overflow",
-    "sampling_from_config",
+    "sampling_params",
     "truncate_at_stop",
 ]
 
@@ -43,19 +48,21 @@ def build_backend(name: str, **options):
     return BACKENDS[name].build(**options)
 
 
-def sampling_from_config(sampling: dict, prompt: dict) -> SamplingParams:
-    """``generation.sampling`` (schema defaults filled) -> ``SamplingParams``, plus the prompt template's stops."""
+def sampling_params(sampling: Sampling, prompt: dict | None = None) -> SamplingParams:
+    """A ``sampling`` section (a generation section's, GRPO's) -> ``SamplingParams``, plus the prompt template's
+    stops (``prompt``; None: none, for prompts given as token ids): the one road from a sampling section to the
+    backends."""
     return SamplingParams(
-        temperature=sampling["temperature"],
-        top_p=sampling["top_p"],
-        top_k=sampling["top_k"],
-        max_new_tokens=sampling["max_new_tokens"],
-        stop=tuple(dict.fromkeys([*sampling["stop"], *prompt["stop"]])),
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=sampling.max_new_tokens,
+        stop=tuple(dict.fromkeys([*sampling.stop, *(prompt["stop"] if prompt is not None else [])])),
     )
 
 
 def backend_from_config(
-    generation: dict,
+    generation: Generation,
     model: dict,
     *,
     model_path: str,
@@ -75,7 +82,7 @@ def backend_from_config(
     """
     from snakeskills.backends.specs import backend_spec
 
-    name = generation["backend"]
+    name = generation.backend
     spec = backend_spec(generation)
     if adapter_path is not None and not spec.supports_adapters:
         raise SnakeskillsError(
@@ -83,15 +90,15 @@ def backend_from_config(
             "models; use hf or vllm for generation, and openai for API models, a teacher or the LLM judge"
         )
     if not spec.needs_local_model:
-        return build_backend(name, **generation[name], chat_template_kwargs=chat_template_kwargs)
-    share = generation["share_model"]
-    if not share["enabled"]:
+        return build_backend(name, **getattr(generation, name).to_dict(), chat_template_kwargs=chat_template_kwargs)
+    share = generation.share_model
+    if not share.enabled:
         return build_backend(name, **local_backend_options(generation, model, model_path, adapter_path, threads))
     import os
 
     from snakeskills.runtime_folder import default_directory
 
-    server_threads = share["threads"] or len(os.sched_getaffinity(0))
+    server_threads = share.threads or len(os.sched_getaffinity(0))
     options = local_backend_options(generation, model, model_path, adapter_path, server_threads)
     # absolute: a server outlives the job that started it and is found by its options, so the same relative path
     # in two working directories (two runs of one experiment) must not name one server
@@ -107,30 +114,30 @@ def backend_from_config(
         options=options,
         chat_template=chat_template,
         chat_template_kwargs=chat_template_kwargs,
-        directory=share["directory"] or default_directory(),
-        idle_seconds=share["idle_seconds"],
-        jobs_per_load=share["jobs_per_load"],
+        directory=share.directory or default_directory(),
+        idle_seconds=share.idle_seconds,
+        jobs_per_load=share.jobs_per_load,
     )
 
 
-def local_backend_options(generation: dict, model: dict, model_path: str, adapter_path: str | None, threads: int):
+def local_backend_options(generation: Generation, model: dict, model_path: str, adapter_path: str | None, threads: int):
     common = {
         "model_path": model_path,
         "adapter_path": adapter_path,
         "dtype": model["dtype"],
         "trust_remote_code": model["trust_remote_code"],
     }
-    if generation["backend"] == "hf":
+    if generation.backend == "hf":
         return {
             **common,
-            "device": generation["device"],
-            "batch_size": generation["batch_size"],
+            "device": generation.device,
+            "batch_size": generation.batch_size,
             "threads": threads,
-            "compile": generation["compile"],
-            "share_prefix": generation["share_prefix"],
+            "compile": generation.compile,
+            "share_prefix": generation.share_prefix,
         }
     # vllm.python is where the job runs (snakeskills.backends.vllm_env), not an option of the engine
-    options = {key: value for key, value in generation["vllm"].items() if key != "python"}
+    options = {key: value for key, value in generation.vllm.to_dict().items() if key != "python"}
     return {**common, **options}
 
 

@@ -225,12 +225,12 @@ class SharedModelBackend:
 
     def _start_server(self, idle_seconds: float, jobs_per_load: int) -> None:
         from snakeskills.backends.gpus import claim_server_gpus
-        from snakeskills.backends.specs import pinned_device
+        from snakeskills.backends.specs import pinned_index
 
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket of a dead server
         # its GPUs first, however long another job or server holds them: the start timeout below is the load's
-        held = claim_server_gpus(self.gpus, self.key, pinned=pinned_device(self.options))
+        held = claim_server_gpus(self.gpus, self.key, pinned=pinned_index(self.options.get("device")))
         environment = dict(os.environ)
         if held.visible is not None:
             environment["CUDA_VISIBLE_DEVICES"] = held.visible

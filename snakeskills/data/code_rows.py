@@ -198,7 +198,7 @@ def check_reference_solutions(records: list[dict], *, key: str, where: str, thre
     reading the wrong column, or a broken row, stops preparing instead of scoring every answer wrong. They come
     with the dataset, not from a model: they run in the sandbox where bubblewrap can start, else without one."""
     from snakeskills.judging.code_execution import row_check, run_many
-    from snakeskills.judging.sandbox import sandbox_problem
+    from snakeskills.sandbox.containment import sandbox_problem
 
     checked = [record for record in records if record.get("reference_solution")]
     checks = [row_check(record["reference_solution"], record) for record in checked]

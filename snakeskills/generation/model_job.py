@@ -25,6 +25,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.resumable import process_resumable
 from snakeskills.io import fingerprint
 from snakeskills.progress import Progress, generate_with_progress
+from snakeskills.settings.generation import Generation
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,9 @@ def loaded_weights(backend) -> str | None:
     return weights_identity(model_path, getattr(backend, "adapter_path", None))
 
 
-def reasoning_settings(generation: dict) -> dict:
+def reasoning_settings(generation: Generation) -> dict:
     """The part of a model's ``generation`` settings that decides how its texts become record fields."""
-    return {key: generation[key] for key in ("parse_reasoning", "end_reasoning_string")}
+    return {"parse_reasoning": generation.parse_reasoning, "end_reasoning_string": generation.end_reasoning_string}
 
 
 def row_seed(random_seed: int, record_id: str) -> int:

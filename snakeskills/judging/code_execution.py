@@ -18,8 +18,8 @@ A code benchmark's prepared row carries its tests in one of three forms:
 The answer is the last fenced code block of the generation (```` ```python ```` preferred; the text itself when it
 has no fence and parses as Python).
 
-Each run (``program_runner``) is a fresh ``python3 -I`` process in its own folder, by default in a bubblewrap
-sandbox (``sandbox.py``: no network, its own processes, a read-only view of only what Python needs, no
+Each run (``sandbox.program_runner``) is a fresh ``python3 -I`` process in its own folder, by default in a bubblewrap
+sandbox (``sandbox.containment``: no network, its own processes, a read-only view of only what Python needs, no
 capabilities), under these limits
 (set inside the child before the program is compiled, soft = hard, so it cannot raise them): wall clock
 ``timeout_seconds`` (per case; everything it started is killed past it), CPU time, address space
@@ -44,8 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from snakeskills.judging.extraction_routes import NO_ANSWER
-from snakeskills.judging.program_runner import Outcome, run_once
-from snakeskills.judging.sandbox import check_sandbox
+from snakeskills.sandbox.containment import check_sandbox
+from snakeskills.sandbox.program_runner import Outcome, run_once
 
 logger = logging.getLogger(__name__)
 

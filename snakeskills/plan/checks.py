@@ -17,22 +17,29 @@ from snakeskills.plan.sections import (
     benchmark_judge,
     benchmark_metrics,
     benchmark_prompt,
-    generation_sections,
     is_code_benchmark,
     llm_judged,
-    model_tools,
     required_splits,
 )
 from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
+from snakeskills.plan.tools import check_tools
 from snakeskills.plan.training import check_methods
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
 from snakeskills.registry import is_user_function, load_user_function
+from snakeskills.settings.generation import Generation, Sampling
+from snakeskills.settings.run import RunSettings
 from snakeskills.training.trainer import check_batch_divides
 
 
-def check_config(config: dict, *, gpus_available: bool, warn: Callable[[str], None] | None = None) -> None:
+def check_config(
+    config: dict,
+    *,
+    gpus_available: bool,
+    warn: Callable[[str], None] | None = None,
+    settings: RunSettings | None = None,
+) -> None:
     """Cross-key checks the JSON schema cannot express; each names the key at fault. What probably will not work,
     though it can run, goes to ``warn`` one line each (default: standard error, where ``snakemake`` shows it).
 
@@ -57,7 +64,8 @@ def check_config(config: dict, *, gpus_available: bool, warn: Callable[[str], No
     _check_splits(config)
     check_regex(config["judge"]["regex"], "judge.regex")
     _check_benchmark_questions(config)
-    for key, section in generation_sections(config).items():
+    settings = settings or RunSettings.from_config(config)
+    for key, section in settings.generations.items():
         backend_spec(section).check(section, key)
         check_job_python(section, key)
         _check_reasoning(section, key)
@@ -70,136 +78,21 @@ def check_config(config: dict, *, gpus_available: bool, warn: Callable[[str], No
     if config["synthesis"] is not None:
         check_synthesis(config)
         _check_writing_sampling(config)
-    for key, (prompt, reader) in prompt_readers(config).items():
+    for key, (prompt, reader) in prompt_readers(config, settings).items():
         resolve_prompt(prompt, key)  # a template file that exists, format strings that parse: now, not in its job
         _check_chat_template_kwargs(config, key, prompt, reader)
     _check_metrics(config)
-    _check_tools(config, warn or _to_stderr)
+    check_tools(config, settings.tools, warn or _to_stderr)
 
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _check_tools(config: dict, warn: Callable[[str], None]) -> None:
-    """The tools section: tools that exist (a user's imports), names and prices that fit (``tools.check_tools_plan``),
-    tags the loop can read (``tools.check_tags``: no stop string cuts them, output tags apart from call tags, each
-    tool's own) and that reach it as text, a sampler that can run the tools in GRPO, and the keys that need tools set
-    only with them. What probably will not work is ``warn``ed (``tools.tags_warnings``: tags the prompts never show
-    and nothing teaches, tags the prompts are full of)."""
-    tools, grpo, tiny = config["tools"], config.get("grpo") or {}, config.get("tiny_model") or {}
-    rewards = grpo.get("rewards") or {}
-    priced = [term for term in ("tool_calls", "tool_seconds", "tool_cost", "tool_preference") if rewards.get(term)]
-    if tools is None:
-        if priced and "grpo" in config["methods"]:
-            raise SnakeskillsError(f"config key grpo.rewards.{priced[0]} weighs tool use, but tools is null")
-        if config["model"]["build_tiny"] and tiny.get("tool_share"):
-            raise SnakeskillsError("config key tiny_model.tool_share: the bootstrap's tool calls need a tools section")
-        return
-    from snakeskills.plan.tools import ToolsPlan, check_tags, check_tools_plan, tags_warnings
-    from snakeskills.tools.registry import check_tool, tools_settings
-
-    settings = tools_settings(tools)
-    plan = ToolsPlan(config)
-    check_tools_plan(config, plan, _run_model_names(config))
-    if tools["tool"] is not None:
-        check_tool(settings, "tools.tool")
-    prompts = student_prompts(config)
-    stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
-    for key, prompt in prompts.items():
-        stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
-    tags = plan.tags()
-    check_tags(tags, stops)
-    for key, each in tags.values():
-        _check_tags_are_text(config, each, key)
-    for line in tags_warnings(tags, prompts, _bootstrap_tool_completions(config)):
-        warn(line)
-    if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
-        key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
-        raise SnakeskillsError(
-            f"config key {key}: with tools, GRPO's completions call the tool between turns, which only the project's "
-            "own rollouts do: set grpo.rollouts: hf and grpo.vllm_mode: null"
-        )
-    if config["model"]["build_tiny"] and tiny.get("tool_share") and not tiny.get("tool_completion"):
-        raise SnakeskillsError(
-            "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
-            "the tool; give their template"
-        )
-
-
-def student_prompts(config: dict) -> dict[str, dict]:
-    """The prompts the student (and its rounds) answers with, resolved, by config key: ``prompt``, and each
-    benchmark's own ``benchmarks.<name>.prompt`` where it gives one."""
-    prompts = {"prompt": resolve_prompt(config["prompt"], "prompt")}
-    for benchmark, spec in config["benchmarks"].items():
-        if spec["prompt"]:
-            key = f"benchmarks.{benchmark}.prompt"
-            prompts[key] = resolve_prompt(benchmark_prompt(config["prompt"], spec), key)
-    return prompts
-
-
-def _bootstrap_tool_completions(config: dict) -> list[str]:
-    """The tiny model's bootstrap completions that call tools (``tiny_model.tool_completion``, where
-    ``tiny_model.tool_share`` trains on them), the only place the plan sees a model taught the tags; else none."""
-    tiny = config.get("tiny_model") or {}
-    if not config["model"]["build_tiny"] or not tiny.get("tool_share"):
-        return []
-    completion = tiny["tool_completion"]
-    return [completion] if isinstance(completion, str) else list(completion or [])
-
-
-def _run_model_names(config: dict) -> list[str]:
-    """The names of the run's models other than the tools': the student, its tuned rounds, the teacher."""
-    from snakeskills.training.methods import TRAINING_METHODS
-
-    names = [config["model"]["name"]]
-    names += [
-        TRAINING_METHODS[method].tuned_model_name(r)
-        for method in config["methods"]
-        for r in range(1, config["rounds"] + 1)
-    ]
-    return names + ([config["teacher"]["name"]] if config["teacher"] is not None else [])
-
-
-def _check_tags_are_text(config: dict, tags, key: str = "tools.tags") -> None:
-    """A tag that holds a special token of the student's tokenizer (Llama 3's ``<|python_tag|>``) reaches the loop
-    only where it reads the model's token ids (the hf backend, directly or through the shared model server): it then
-    decodes them with special tokens written out. vLLM and an OpenAI-compatible server hand the loop text that leaves
-    special tokens out, so the loop would never see a call: refused there with the reason. Checked where the plan can
-    read the tokenizer (a local checkpoint folder)."""
-    from snakeskills.tools.protocol import TAG_PRESETS
-
-    model, backend = config["model"], config["generation"]["backend"]
-    if backend == "hf":
-        return
-    if tags == TAG_PRESETS["llama3"]:
-        raise SnakeskillsError(
-            f"config key {key}: the llama3 preset's tags are special tokens of Llama 3's tokenizer, which the "
-            f"{backend} backend leaves out of the text it returns: the loop would never see a call; use "
-            "generation.backend: hf (the loop reads its token ids, special tokens included) or the markdown preset"
-        )
-    if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
-        return
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
-    special = set(tokenizer.all_special_tokens)
-    special |= {token.content for token in tokenizer.added_tokens_decoder.values() if token.special}
-    for name in ("code_begin", "code_end"):
-        found = sorted(token for token in special if token and token in getattr(tags, name))
-        if found:
-            raise SnakeskillsError(
-                f"config key {key}: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
-                f"{model['path']}'s tokenizer, which the {backend} backend leaves out of the text it returns: the "
-                "loop would never see a call; use generation.backend: hf (the loop reads its token ids, special "
-                "tokens included) or tags written in plain text (the markdown or openmath preset)"
-            )
-
-
 def check_code_sandbox(config: dict) -> None:
     """With a code benchmark, the sandbox its programs run in (judge.sandbox) must start on the planning node:
     stop before any generation runs, not in the first judge job."""
-    from snakeskills.judging.sandbox import check_sandbox
+    from snakeskills.sandbox.containment import check_sandbox
 
     if any(is_code_benchmark(config, benchmark) for benchmark in config["benchmarks"]):
         check_sandbox(config["judge"]["sandbox"])
@@ -232,7 +125,7 @@ def _check_metrics(config: dict) -> None:
                 )
 
 
-def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
+def prompt_readers(config: dict, settings: RunSettings) -> dict[str, tuple[dict, dict]]:
     """Every prompt config section in use, by its config key, with the config section (``model``,
     ``generation``) of the model whose chat template renders it."""
     student = {"model": config["model"], "generation": config["generation"]}
@@ -251,8 +144,8 @@ def prompt_readers(config: dict) -> dict[str, tuple[dict, dict]]:
         if checker is not None:
             checking = llm if checker == "judge" else teacher
             readers["synthesis.decontamination.llm_prompt"] = (synthesis["decontamination"]["llm_prompt"], checking)
-    for name, model in model_tools(config).items():
-        readers[f"tools.models.{name}.prompt"] = (model["prompt"], model)
+    for name, model in settings.model_tools.items():
+        readers[f"tools.models.{name}.prompt"] = (model.prompt, model.to_dict())
     return readers
 
 
@@ -272,12 +165,13 @@ def _check_chat_template_kwargs(config: dict, key: str, prompt: dict, reader: di
             f"chat template's variables; set {key}.chat_template: true or drop them"
         )
     if reader["model"] is config["model"] and config["model"]["build_tiny"]:
-        from snakeskills.training.tiny_model import CHAT_TEMPLATE
+        from snakeskills.models.tiny_model import CHAT_TEMPLATE
 
         template, source = CHAT_TEMPLATE, "the tiny model"
     else:
         path = reader["model"]["path"]
-        if not backend_spec(reader["generation"]).needs_local_model or not path or not Path(path).is_dir():
+        generation = Generation.from_dict(reader["generation"], f"the generation of the model reading {key}")
+        if not backend_spec(generation).needs_local_model or not path or not Path(path).is_dir():
             return  # a server's template, or a model the job resolves: checked when the job renders
         template, source = saved_chat_template(Path(path)), repr(path)
     if template is None:
@@ -329,14 +223,14 @@ def _check_benchmark_questions(config: dict) -> None:
             )
 
 
-def _check_reasoning(generation: dict, key: str, sampling_key: str | None = None) -> None:
+def _check_reasoning(generation: Generation, key: str, sampling_key: str | None = None) -> None:
     """A stop string that cuts a reasoning model's text at (or before) the end of its thinking would leave every
     generation without an answer. ``sampling_key``: where the sampling was written, when not ``<key>.sampling``
     (synthesis.sampling, which a teacher or student writer writes with)."""
-    if not generation["parse_reasoning"]:
+    if not generation.parse_reasoning:
         return
-    end = generation["end_reasoning_string"]
-    for stop in generation["sampling"]["stop"]:
+    end = generation.end_reasoning_string
+    for stop in generation.sampling.stop:
         if stop in end or end in stop:
             raise SnakeskillsError(
                 f"config key {sampling_key or f'{key}.sampling'}.stop has {stop!r}, which cuts the text where "
@@ -351,8 +245,11 @@ def _check_writing_sampling(config: dict) -> None:
     if synthesis["writer"] == "own" or synthesis["sampling"] is None:
         return
     key = "teacher.generation" if synthesis["writer"] == "teacher" else "generation"
-    writer = config["teacher"]["generation"] if synthesis["writer"] == "teacher" else config["generation"]
-    _check_reasoning({**writer, "sampling": synthesis["sampling"]}, key, "synthesis.sampling")
+    writer = Generation.from_dict(
+        config["teacher"]["generation"] if synthesis["writer"] == "teacher" else config["generation"], key
+    )
+    sampling = Sampling.from_dict(synthesis["sampling"], "synthesis.sampling")
+    _check_reasoning(writer.replace(sampling=sampling), key, "synthesis.sampling")
 
 
 def _check_splits(config: dict) -> None:
@@ -365,10 +262,10 @@ def _check_splits(config: dict) -> None:
 
 
 def _check_student_backend(config: dict) -> None:
-    generation = config["generation"]
+    generation = Generation.from_dict(config["generation"], "generation")
     if not backend_spec(generation).supports_adapters:
         raise SnakeskillsError(
-            f"config key generation.backend is {generation['backend']!r}, which samples whatever model its server "
+            f"config key generation.backend is {generation.backend!r}, which samples whatever model its server "
             "serves, not the tuned rounds; use hf or vllm for the model being tuned (openai serves the LLM judge, "
             "judge.llm, and the teacher, teacher.generation)"
         )
@@ -405,43 +302,56 @@ def _check_sft(config: dict, gpus_available: bool) -> None:
             "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
             "writes each round's full checkpoint (models/sft-round{r}/checkpoint)"
         )
-    gpus = training_gpus(config, gpus_available)
-    processes = training_processes(config, gpus_available)
-    if gpus > 0 and processes != gpus:
-        gpus_origin = (
-            "sft.gpus"
-            if sft["gpus"] is not None
-            else f"sft.gpus is null: one GPU where the run may use GPUs, generation.device is "
-            f"{config['generation']['device']!r}"
-        )
-        raise SnakeskillsError(
-            f"config key sft.processes is {processes} but the sft job has {gpus} GPU(s) ({gpus_origin}): training "
-            "runs one process per GPU; set sft.processes to null or to sft.gpus"
-            + (
-                ""
-                if sft["gpus"] is not None
-                else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
-            )
-        )
+    processes = _check_training(config, gpus_available)
     if "sft" in config["methods"]:
         training = sft["training"]
         check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
     if config["model"]["build_tiny"]:
         tiny = config["tiny_model"]["training"]
         check_batch_divides(tiny["batch_size"], 1, tiny["gradient_accumulation_steps"], "tiny_model.training")
-    if sft["distributed"] == "fsdp" and gpus < 2:
+
+
+def _check_training(config: dict, gpus_available: bool) -> int:
+    """How every training round runs (the ``training`` section): one node, one process per GPU, FSDP on two GPUs
+    or more. Returns the training processes."""
+    training = config["training"]
+    if training["nodes"] > 1:
         raise SnakeskillsError(
-            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has "
-            f"{gpus} GPU(s); set sft.gpus to 2 or more, or use ddp"
+            f"config key training.nodes is {training['nodes']}: a training round runs on one node for now (several "
+            "GPUs of it: training.gpus); set it to 1"
         )
+    gpus = training_gpus(config, gpus_available)
+    processes = training_processes(config, gpus_available)
+    if gpus > 0 and processes != gpus:
+        gpus_origin = (
+            "training.gpus"
+            if training["gpus"] is not None
+            else f"training.gpus is null: one GPU where the run may use GPUs, generation.device is "
+            f"{config['generation']['device']!r}"
+        )
+        raise SnakeskillsError(
+            f"config key training.processes is {processes} but each training job has {gpus} GPU(s) ({gpus_origin}): "
+            "training runs one process per GPU; set training.processes to null or to training.gpus"
+            + (
+                ""
+                if training["gpus"] is not None
+                else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
+            )
+        )
+    if training["distributed"] == "fsdp" and gpus < 2:
+        raise SnakeskillsError(
+            "config key training.distributed is 'fsdp', which shards the model across GPUs, but each training job "
+            f"has {gpus} GPU(s); set training.gpus to 2 or more, or use ddp"
+        )
+    return processes
 
 
-def check_devices(config: dict) -> None:
+def check_devices(config: dict, settings: RunSettings | None = None) -> None:
     """For a run whose jobs have no GPU (a local run on a machine without one; a run started with a cluster's
     executor, its dry run included, has the cluster's GPUs): the first config key that names a GPU device (an hf
-    section's ``device: cuda`` or ``cuda:N``, ``sft.gpus`` above 0) stops the plan, since every job it decides could
-    only fail once it runs."""
-    for key, section in generation_sections(config).items():
+    section's ``device: cuda`` or ``cuda:N``, ``training.gpus`` above 0) stops the plan, since every job it decides
+    could only fail once it runs."""
+    for key, section in (settings or RunSettings.from_config(config)).generations.items():
         device = backend_spec(section).gpu_device(section)
         if device is not None:
             raise SnakeskillsError(
@@ -449,9 +359,9 @@ def check_devices(config: dict) -> None:
                 "local (no cluster executor, no sbatch): use auto or cpu, or run where there are GPUs (or plan a "
                 "cluster's run: --profile slurm)"
             )
-    if config["sft"]["gpus"]:
+    if config["training"]["gpus"]:
         raise SnakeskillsError(
-            f"config key sft.gpus is {config['sft']['gpus']}, but this machine has no GPU and the run is local "
-            "(no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs (or plan a cluster's "
-            "run: --profile slurm)"
+            f"config key training.gpus is {config['training']['gpus']}, but this machine has no GPU and the run is "
+            "local (no cluster executor, no sbatch): set it to null or 0, or run where there are GPUs (or plan a "
+            "cluster's run: --profile slurm)"
         )

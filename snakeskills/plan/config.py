@@ -3,14 +3,13 @@ violation told in one or two lines naming the key."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from snakeskills.data.specs import apply_presets, check_benchmark_specs
 from snakeskills.errors import SnakeskillsError
 from snakeskills.registry import USER_FUNCTION
+from snakeskills.settings.schema import DEFAULT_CONFIG, SCHEMA
 
-SCHEMA = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
-DEFAULT_CONFIG = SCHEMA.parent / "config.yaml"
+# keys that moved, refused with their new place (how every method's rounds run is the training section)
+MOVED_KEYS = {f"sft.{name}": f"training.{name}" for name in ("gpus", "processes", "distributed")}
 
 
 def prepare_config(config: dict, *, verbose: bool = False) -> None:
@@ -21,6 +20,12 @@ def prepare_config(config: dict, *, verbose: bool = False) -> None:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
+    moved = [f"{old} -> {new}" for old, new in MOVED_KEYS.items() if old.split(".")[1] in (config.get("sft") or {})]
+    if moved:
+        raise SnakeskillsError(
+            f"config keys moved: {', '.join(moved)} (how every method's rounds run, their GPUs and processes, is the "
+            "training section); move them there"
+        )
     if "benchmarks" in config:
         config["benchmarks"] = apply_presets(config["benchmarks"])
     try:

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from snakeskills.backends.specs import backend_spec
 from snakeskills.errors import SnakeskillsError
-from snakeskills.plan.sections import generation_sections, model_tools, required_splits
+from snakeskills.plan.sections import required_splits
+from snakeskills.settings.generation import Generation
+from snakeskills.settings.run import RunSettings
 
 
-def check_model_paths(config: dict) -> None:
+def check_model_paths(config: dict, settings: RunSettings | None = None) -> None:
     """Local model folders (and an openai section's tokenizer folder) must exist before anything is scheduled (no
     hub downloads at run time), and so must the local files of the data the run prepares."""
     paths = {}
@@ -26,9 +28,11 @@ def check_model_paths(config: dict) -> None:
     synthesis = config["synthesis"]
     if synthesis is not None and synthesis["writer"] == "own":
         served_sections.append(("synthesis", synthesis))
-    served_sections += [(f"tools.models.{name}", model) for name, model in model_tools(config).items()]
+    settings = settings or RunSettings.from_config(config)
+    served_sections += [(f"tools.models.{name}", model.to_dict()) for name, model in settings.model_tools.items()]
+    generations = settings.generations
     for key, served in served_sections:
-        if served is not None and backend_spec(served["generation"]).needs_local_model:
+        if served is not None and backend_spec(generations[f"{key}.generation"]).needs_local_model:
             paths[f"{key}.model.path"] = served["model"]["path"]
     for key, path in paths.items():
         check_folder(
@@ -38,8 +42,8 @@ def check_model_paths(config: dict) -> None:
             "give a local Hugging Face checkpoint folder (download it first, e.g. `hf download <repo> --local-dir "
             "<folder>`)",
         )
-    for key, generation in generation_sections(config).items():
-        path = generation["openai"]["tokenizer_path"] if generation["backend"] == "openai" else None
+    for key, generation in generations.items():
+        path = generation.openai.tokenizer_path if generation.backend == "openai" else None
         if path is not None:
             check_folder(
                 f"{key}.openai.tokenizer_path",
@@ -144,7 +148,7 @@ _JOB_MODULES = ("vllm",)
 _ASK = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
 
 
-def check_job_python(generation: dict, key: str) -> None:
+def check_job_python(generation: Generation, key: str) -> None:
     """A vllm section's own python (``<key>.vllm.python`` a path): its jobs hand themselves over to it, so it must
     run here and find vllm, or every job of the section would fail in its model server. Asked once per path in this
     process, with ``importlib.util.find_spec`` (vllm is found, not imported: tens of milliseconds). The plan runs
@@ -154,7 +158,7 @@ def check_job_python(generation: dict, key: str) -> None:
     from snakeskills.backends.vllm_env import ENV_NAME, configured_python
 
     python = configured_python(generation)
-    if python is None or generation["vllm"]["python"] == ENV_NAME or python in _JOB_PYTHONS_FOUND:
+    if python is None or generation.vllm.python == ENV_NAME or python in _JOB_PYTHONS_FOUND:
         return
     problem = _job_python_problem(python)
     if problem is not None:

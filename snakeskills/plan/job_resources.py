@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 from snakeskills.backends.specs import backend_spec
+from snakeskills.settings.generation import Generation
 from snakeskills.training.methods import training_method
 
 MB = 2**20
@@ -33,7 +34,7 @@ MODEL_RULES = ("generate", "llm_judge", "synthesis_llm_check", "sft")
 
 
 def tiny_model_parameters(architecture: dict, vocabulary: int = 100) -> int:
-    """The built tiny Llama's parameters (``tiny_model.build_tiny_llama``: intermediate 2x hidden, tied
+    """The built tiny Llama's parameters (``models.tiny_model.build_tiny_llama``: intermediate 2x hidden, tied
     embeddings, a character vocabulary of about 100 symbols)."""
     hidden, layers = architecture["hidden_size"], architecture["num_layers"]
     return vocabulary * hidden + layers * (4 * hidden * hidden + 3 * hidden * 2 * hidden + 2 * hidden) + hidden
@@ -90,7 +91,7 @@ def _rounded_mb(megabytes: float) -> int:
     return int(math.ceil(megabytes / 1000) * 1000)
 
 
-def sampling_job_resources(model: dict, generation: dict, config: dict) -> dict:
+def sampling_job_resources(model: dict, generation: Generation, config: dict) -> dict:
     """``mem_mb`` and ``runtime`` of a job that samples from ``model`` with ``generation`` (generate, LLM judge)."""
     spec = backend_spec(generation)
     if not spec.needs_local_model:  # a server does the work

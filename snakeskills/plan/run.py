@@ -5,8 +5,6 @@ a plan object of its own, ``None`` when the feature is off: ``teacher`` (``Teach
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from snakeskills.backends.specs import backend_spec, declared_job_gpus
 from snakeskills.plan.job_resources import UNKNOWN, sampling_job_resources, training_job_resources, with_overrides
 from snakeskills.plan.layout import Layout, synthesis_split_part
@@ -16,15 +14,21 @@ from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.tools import ToolsPlan
 from snakeskills.plan.training import TrainingPlan, without_save_timer
 from snakeskills.prompts import resolve_prompt
-from snakeskills.training.methods import LEGACY_SFT_ROUND, TRAINING_METHODS, training_method, tuned_model_parts
+from snakeskills.settings.generation import Generation
+from snakeskills.settings.jobs import GenerationJob, LLMJudge, LLMJudgeJob
+from snakeskills.settings.run import RunSettings
+from snakeskills.settings.tools import Tools
+from snakeskills.training.methods import TRAINING_METHODS, tuned_model_parts
 
 
 class Plan:
     """The decisions of one run, made from its validated and checked config."""
 
-    def __init__(self, config: dict, layout: Layout):
+    def __init__(self, config: dict, layout: Layout, settings: RunSettings | None = None):
         self.config = config
+        self.settings = settings = settings or RunSettings.from_config(config)
         self.layout = layout
+        self.generations = settings.generations
         self.base_model: str = config["model"]["name"]
         self.methods: list[str] = list(config["methods"])
         # each training method's rounds, one chain per method from the same base model, in config order
@@ -38,7 +42,7 @@ class Plan:
         self.trainings = {method: TrainingPlan(config, layout, method) for method in self.methods}
         self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
-        self.tools = ToolsPlan(config) if config["tools"] is not None else None
+        self.tools = ToolsPlan(settings.tools, self.base_model) if settings.tools is not None else None
         own_writer = self.synthesis.own_writer if self.synthesis is not None else None
         tool_models = self.tools.evaluated_models if self.tools is not None else []
         # models that are sampled but never trained, each from its own config section (model, generation, prompt)
@@ -60,7 +64,7 @@ class Plan:
             "sft_examples",
             "training_curves",
         ] + (["synthesis_funnel"] if self.synthesis is not None else [])
-        self.report_plots += ["tool_use"] if config["tools"] is not None else []
+        self.report_plots += ["tool_use"] if self.tools is not None else []
         self.report_plots += ["accuracy_cost"] if self.cost_references() else []
 
     # ---- models and rounds
@@ -87,26 +91,6 @@ class Plan:
         if parts is None:
             raise ValueError(f"{model!r} is not a tuned model's name")
         return parts
-
-    def legacy_sft_rounds_note(self) -> str | None:
-        """A note when the results folder holds SFT rounds under the names they had before they said their method
-        (``models/round1``, now ``models/sft-round1``): those files are no longer read; the run trains and evaluates
-        sft-round<r> anew beside them."""
-        models = Path(self.layout.adapter.format(model="x")).parent.parent
-        legacy = sorted(
-            (int(match.group(1)), match.group(0))
-            for path in models.glob("round*")
-            if path.is_dir() and (match := LEGACY_SFT_ROUND.fullmatch(path.name))
-        )
-        if not legacy:
-            return None
-        sft = training_method("sft")
-        renamed = ", ".join(f"{name} -> {sft.tuned_model_name(number)}" for number, name in legacy)
-        return (
-            f"note: {models} holds SFT rounds under their old names ({renamed}); SFT rounds are now named for their "
-            "method like the others, so those results are not read and this run trains the SFT rounds again under the "
-            "new names (the old folders are left as they are: delete them, or keep them for reference)"
-        )
 
     def method_models(self, method: str) -> list[str]:
         """``method``'s rounds, in order (none when ``methods`` does not list it)."""
@@ -177,8 +161,8 @@ class Plan:
         (``training.without_save_timer``)."""
         tiny = self.config["tiny_model"]
         settings = {**tiny, "training": without_save_timer(tiny["training"])}
-        if tiny["tool_share"] and self.config["tools"] is not None:  # a bootstrap that shows the tool protocol
-            return {**settings, "tools": self.tools.training_section()}
+        if tiny["tool_share"] and self.tools is not None:  # a bootstrap that shows the tool protocol
+            return {**settings, "tools": self.tools.training_section().to_dict()}
         # without: the keys a bootstrap without tools had, so that its results stand
         return {key: value for key, value in settings.items() if key not in ("tool_completion", "tool_share")}
 
@@ -206,11 +190,24 @@ class Plan:
             return self.tools.model_section(model)
         return self.config
 
-    def job_generation(self, model: str, split: str) -> dict:
+    def model_generation(self, model: str) -> Generation:
+        """The generation section ``model`` samples with (``sampling_section``'s): the teacher's, an own synthesis
+        writer's, a model tool's (through its shared model server, ``ToolsPlan.model_section``), or the student's."""
+        if self.teacher is not None and model == self.teacher.name:
+            return self.generations["teacher.generation"]
+        if self.synthesis is not None and model == self.synthesis.own_writer:
+            return self.generations["synthesis.generation"]
+        if self.tools is not None and model in self.tools.evaluated_models:
+            from snakeskills.tools.model_tool import shared_generation
+
+            return shared_generation(self.generations[f"tools.models.{model}.generation"])
+        return self.generations["generation"]
+
+    def job_generation(self, model: str, split: str) -> Generation:
         """The generation section ``model``'s generate jobs on ``split`` run with: the model's own, with
         synthesis.sampling in place of its sampling where a teacher or student writer writes new problems (a
         synthesis sources split)."""
-        generation = self.sampling_section(model)["generation"]
+        generation = self.model_generation(model)
         if synthesis_split_part(split) == "sources":
             return self.synthesis.writing_generation(generation)
         return generation
@@ -260,19 +257,19 @@ class Plan:
         are, the generation section, the resolved prompt, and whether a chunk may be empty (a synthesis split's: a
         round may write fewer new problems than there are chunks)."""
         job = self.generation_job(model, benchmark, split)
-        return {
-            "split": self.layout.prepared.format(benchmark=benchmark, split=split),
-            "model": job["model"],
-            "model_path": self.generation_model_path(model),
-            "adapter_path": self.generation_adapter_path(model),
-            "generation": job["generation"],
-            "prompt": resolve_prompt(job["prompt"]),
-            "allow_empty_chunk": synthesis_split_part(split) is not None,
-            "tools": self.generation_tools(model, split),
-            "price": self.tools.price(model) if self.tools is not None else None,
-        }
+        return GenerationJob(
+            split=self.layout.prepared.format(benchmark=benchmark, split=split),
+            model=job["model"],
+            model_path=self.generation_model_path(model),
+            adapter_path=self.generation_adapter_path(model),
+            generation=job["generation"],
+            prompt=resolve_prompt(job["prompt"]),
+            allow_empty_chunk=synthesis_split_part(split) is not None,
+            tools=self.generation_tools(model, split),
+            price=self.tools.price(model) if self.tools is not None else None,
+        ).to_dict()
 
-    def generation_tools(self, model: str, split: str) -> dict | None:
+    def generation_tools(self, model: str, split: str) -> Tools | None:
         """The ``tools`` section a model's generation calls tools with (``ToolsPlan.job_section``): the student's,
         its tuned rounds' and its baselines' (a teacher, a synthesis writer, a model tool answering alone and the
         writing of new problems answer in one turn)."""
@@ -284,7 +281,9 @@ class Plan:
         """What an LLM judge job reads from its settings file: judge.llm and its resolved prompt (``None`` without
         an LLM judge, whose settings rule then plans no job)."""
         llm = self.config["judge"]["llm"]
-        return None if llm is None else {"llm": llm, "prompt": resolve_prompt(llm["prompt"])}
+        if llm is None:
+            return None
+        return LLMJudgeJob(llm=LLMJudge.from_dict(llm, "judge.llm"), prompt=resolve_prompt(llm["prompt"])).to_dict()
 
     def training_init(self, model: str) -> list[str]:
         """What ``model``'s training continues from (sft.init continue, from round 2 on): the previous round's
@@ -304,11 +303,10 @@ class Plan:
         """The conda env of ``model``'s generate jobs: its backend's (the teacher's may differ from the student's)."""
         return backend_spec(self.job_generation(model, split)).conda_env
 
-    def llm_judge_generation(self) -> dict:
+    def llm_judge_generation(self) -> Generation:
         """The LLM judge's generation section (judge.llm.generation); the student's when there is no LLM judge
         (its rule then plans no job, but still names an env)."""
-        llm = self.config["judge"]["llm"]
-        return llm["generation"] if llm is not None else self.config["generation"]
+        return self.generations.get("judge.llm.generation", self.generations["generation"])
 
     def llm_judge_gpus(self, gpus_available: bool, *, local_run: bool = False) -> int:
         """GPUs one LLM judge job declares (``specs.declared_job_gpus``, as ``generation_gpus``)."""
@@ -326,7 +324,7 @@ class Plan:
         if llm is None:  # no job is planned
             return dict(UNKNOWN)
         return with_overrides(
-            "llm_judge", sampling_job_resources(llm["model"], llm["generation"], self.config), self.config
+            "llm_judge", sampling_job_resources(llm["model"], self.llm_judge_generation(), self.config), self.config
         )
 
     def training_resources(self, method: str) -> dict:

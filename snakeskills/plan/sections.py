@@ -3,28 +3,7 @@ settings its answers are judged with, and every generation section in use."""
 
 from __future__ import annotations
 
-from snakeskills.judging.judge import MULTICHOICE
-
-
-def generation_sections(config: dict) -> dict[str, dict]:
-    """Every generation config section, by its config key: the student's, the LLM judge's, the teacher's, a synthesis
-    writer's, each model tool's."""
-    sections = {"generation": config["generation"]}
-    if config["judge"]["llm"] is not None:
-        sections["judge.llm.generation"] = config["judge"]["llm"]["generation"]
-    if config["teacher"] is not None:
-        sections["teacher.generation"] = config["teacher"]["generation"]
-    synthesis = config["synthesis"]
-    if synthesis is not None and synthesis["writer"] == "own" and synthesis["generation"] is not None:
-        sections["synthesis.generation"] = synthesis["generation"]
-    for name, model in model_tools(config).items():
-        sections[f"tools.models.{name}.generation"] = model["generation"]
-    return sections
-
-
-def model_tools(config: dict) -> dict[str, dict]:
-    """The models as tools (``tools.models``), by name; none without tools."""
-    return dict((config["tools"] or {}).get("models") or {})
+from snakeskills.judging.extractors import MULTICHOICE
 
 
 def required_splits(config: dict) -> dict[str, list[tuple[str, str]]]:

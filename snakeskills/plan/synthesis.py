@@ -14,6 +14,8 @@ from snakeskills.plan.sections import MULTICHOICE, benchmark_judge
 from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
+from snakeskills.settings.generation import Generation, Sampling
+from snakeskills.settings.jobs import LLMJudge, LLMJudgeJob
 from snakeskills.training.methods import training_method, tuned_model_parts
 
 
@@ -106,6 +108,9 @@ class SynthesisPlan:
         self.runs = [(r, b) for r in self.rounds for b in config["train_benchmarks"]]
         checker = self.section["decontamination"]["llm_check"]
         self.llm_check = checker is not None
+        # a teacher or student writer's sampling while it writes (synthesis.sampling), None: its own
+        sampling = self.section["sampling"]
+        self.writing_sampling = None if sampling is None else Sampling.from_dict(sampling, "synthesis.sampling")
         # what the parse, filter and n-gram step writes: the problems the solver answers, or, with the LLM check,
         # the candidates that check reads
         self.filtered = self.layout.synthesis_candidates if self.llm_check else self.layout.synthesis_problems
@@ -146,11 +151,10 @@ class SynthesisPlan:
         section, key = ("sources", "new_per_problem") if part == "sources" else ("label", "num_samples")
         return list(range(self.section[section][key]))
 
-    def writing_generation(self, generation: dict) -> dict:
+    def writing_generation(self, generation: Generation) -> Generation:
         """A teacher or student writer's generation section while it writes: synthesis.sampling in place of its
         sampling, when set."""
-        sampling = self.section["sampling"]
-        return generation if sampling is None else {**generation, "sampling": sampling}
+        return generation if self.writing_sampling is None else generation.replace(sampling=self.writing_sampling)
 
     def split_name(self, round_number: int) -> str:
         """Round ``round_number``'s labelled split, also the prefix of its new problems' ids."""
@@ -222,29 +226,29 @@ class SynthesisPlan:
 
     # ---- the LLM contamination check
 
-    def contamination_checker(self) -> dict | None:
+    def contamination_checker(self) -> LLMJudge | None:
         """The model and generation section (judge.llm's or the teacher's) of the LLM contamination check; ``None``
         without it."""
         if not self.llm_check:
             return None
-        checker = self.section["decontamination"]["llm_check"]
-        section = self.config["judge"]["llm"] if checker == "judge" else self.config["teacher"]
-        return {"model": section["model"], "generation": section["generation"]}
+        key = "judge.llm" if self.section["decontamination"]["llm_check"] == "judge" else "teacher"
+        section = self.config["judge"]["llm"] if key == "judge.llm" else self.config["teacher"]
+        return LLMJudge.from_dict({"model": section["model"], "generation": section["generation"]}, key)
 
     def contamination_check_settings(self) -> dict:
         """What the contamination check job reads from its settings file: the checker and its resolved prompt."""
         prompt = self.section["decontamination"]["llm_prompt"]
-        return {"llm": self.contamination_checker(), "prompt": resolve_prompt(prompt)}
+        return LLMJudgeJob(llm=self.contamination_checker(), prompt=resolve_prompt(prompt)).to_dict()
 
     def contamination_check_gpus(self, gpus_available: bool, *, local_run: bool = False) -> int:
         """GPUs of the contamination check's job (``specs.declared_job_gpus``: none in a local run whose jobs share
         a model server)."""
-        return declared_job_gpus(self.contamination_checker()["generation"], gpus_available, local_run=local_run)
+        return declared_job_gpus(self.contamination_checker().generation, gpus_available, local_run=local_run)
 
     def contamination_check_resources(self) -> dict:
         checker = self.contamination_checker()
-        estimate = sampling_job_resources(checker["model"], checker["generation"], self.config)
+        estimate = sampling_job_resources(checker.model.to_dict(), checker.generation, self.config)
         return with_overrides("synthesis_llm_check", estimate, self.config)
 
     def contamination_check_env(self) -> str:
-        return backend_spec(self.contamination_checker()["generation"]).conda_env
+        return backend_spec(self.contamination_checker().generation).conda_env

@@ -8,45 +8,41 @@ config has tools."""
 from __future__ import annotations
 
 import string
+from collections.abc import Callable
+from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.sections import benchmark_prompt
 from snakeskills.plan.values import check_model_name
 from snakeskills.prompts import resolve_prompt
+from snakeskills.settings.tools import TAG_PRESETS, Price, Tags, Tools
 from snakeskills.tools.model_tool import shared_generation
-from snakeskills.tools.protocol import Tags, tags_from_config
 
 WITHOUT_TOOLS = "{base}-without-tools"
 ALWAYS_CALL = "{base}-always-{tool}"
 
 
 class ToolsPlan:
-    def __init__(self, config: dict):
-        self.section = config["tools"]
-        self.base_model: str = config["model"]["name"]
-        self.models: dict[str, dict] = dict(self.section["models"])
-        baselines = self.section["baselines"]
-        without = baselines["without_tools"]
-        without = bool(self.models) if without is None else without
-        always = baselines["always_call"]
-        always = list(self.models) if always is None else list(always)
-        self.without_tools_model = WITHOUT_TOOLS.format(base=self.base_model) if without else None
+    def __init__(self, tools: Tools, base_model: str):
+        self.section = tools
+        self.base_model = base_model
+        self.models = tools.models
+        baselines = tools.baselines
+        without = bool(self.models) if baselines.without_tools is None else baselines.without_tools
+        always = list(self.models) if baselines.always_call is None else list(baselines.always_call)
+        self.without_tools_model = WITHOUT_TOOLS.format(base=base_model) if without else None
         # baseline model: the tool it calls first
-        self.always_models = {ALWAYS_CALL.format(base=self.base_model, tool=tool): tool for tool in always}
-        self.evaluated_models = [name for name, section in self.models.items() if section["evaluate"]]
-        self.priced = bool(self.models) or _priced(self.section.get("price"))
+        self.always_models = {ALWAYS_CALL.format(base=base_model, tool=tool): tool for tool in always}
+        self.evaluated_models = [name for name, model in self.models.items() if model.evaluate]
+        self.priced = tools.priced
 
     def tool_names(self) -> list[str]:
         """Every tool by the name its records and rewards use: the program tool's (``tools.tool``), then the models'."""
-        program = [self.section["tool"]] if self.section["tool"] is not None else []
-        return [*program, *self.models]
+        return self.section.tool_names()
 
     def tags(self) -> dict[str, tuple[str, Tags]]:
-        """Each tool's tags by its name (``tool_names``), with the config key they are written at: ``tools.tags``,
-        ``tools.models.<name>.tags``."""
-        keys = {self.section["tool"]: "tools.tags"} if self.section["tool"] is not None else {}
-        keys.update({name: f"tools.models.{name}.tags" for name in self.models})
-        sections = {self.section["tool"]: self.section, **self.models}
-        return {name: (key, tags_from_config(sections[name]["tags"], key)) for name, key in keys.items()}
+        """Each tool's tags by its name (``tool_names``), with the config key they are written at."""
+        return self.section.tags_by_tool()
 
     def baseline_models(self) -> list[str]:
         """The eval-only variants of the base student, in table order."""
@@ -61,55 +57,53 @@ class ToolsPlan:
         """How the model tool ``name`` samples (model, prompt, generation), as a model of the run (evaluated alone):
         its generation through the shared model server where it loads local weights, so that its eval jobs and the
         jobs that ask it as a tool share one load."""
-        section = self.models[name]
-        return {**section, "generation": shared_generation(section["generation"])}
+        model = self.models[name]
+        return {**model.to_dict(), "generation": shared_generation(model.generation).to_dict()}
 
-    def job_section(self, model: str) -> dict | None:
-        """The tools section the generate jobs of the student's ``model`` read: the config's, with each model
-        tool's weights' folder and resolved prompt; ``first_call`` for an always-ask baseline; None for the
-        student without tools."""
+    def job_section(self, model: str) -> Tools | None:
+        """The tools the generate jobs of the student's ``model`` use: the run's, with each model tool's weights'
+        folder and resolved prompt; ``first_call`` for an always-ask baseline; None for the student without tools."""
         if model == self.without_tools_model:
             return None
-        section = self.training_section()
-        if model in self.always_models:
-            section["first_call"] = self.always_models[model]
-        return section
+        tools = self.training_section()
+        return tools.replace(first_call=self.always_models[model]) if model in self.always_models else tools
 
-    def training_section(self) -> dict:
-        """The tools section a job reads (``tools.loop.tool_use``): the config's, each model tool with its weights'
-        folder (``model_path``) and its resolved prompt; without models, the config's as it is."""
+    def training_section(self) -> Tools:
+        """The tools a job uses (``tools.loop.tool_use``): each model tool with its weights' folder
+        (``model_path``), its resolved prompt and its generation through the shared model server."""
         if not self.models:
-            return dict(self.section)
+            return self.section
         models = {
-            name: {
-                **section,
-                "model_path": section["model"]["path"],
-                "prompt": resolve_prompt(section["prompt"], f"tools.models.{name}.prompt"),
-                "generation": shared_generation(section["generation"]),
-            }
-            for name, section in self.models.items()
+            name: model.replace(
+                model_path=model.model.path,
+                prompt=resolve_prompt(model.prompt, f"tools.models.{name}.prompt"),
+                generation=shared_generation(model.generation),
+            )
+            for name, model in self.models.items()
         }
-        return {**self.section, "models": models}
+        return self.section.replace(models=models)
 
-    def price(self, model: str) -> dict | None:
+    def price(self, model: str) -> Price | None:
         """The price of a model tool answering on its own (its eval jobs); None for every other model."""
-        return self.models[model]["price"] if model in self.evaluated_models else None
-
-
-def _priced(price: dict | None) -> bool:
-    return price is not None and any(price.get(key) for key in ("per_call", "per_input_token", "per_output_token"))
+        return self.models[model].price if model in self.evaluated_models else None
 
 
 def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> None:
-    """The names and prices of the tools: each model tool's and baseline's name a model name of its own (not
-    the student's, a round's or the teacher's), a price per token only for a model, a preference only for a tool
-    that exists, and ``tool_cost`` only with a price. Their tags: ``check_tags``."""
+    """The names and prices of the tools: a program tool named unless models are the tools, each model tool's and
+    baseline's name a model name of its own (not the student's, a round's or the teacher's), a price per token only
+    for a model, a preference only for a tool that exists, and ``tool_cost`` only with a price. Their tags:
+    ``check_tags``."""
     section = plan.section
+    if section.tool is None and not section.models:
+        raise SnakeskillsError(
+            "config key tools.tool: a tool's name (python, calculator, or your own as module:function) is needed "
+            "(or null where tools.models names the tools)"
+        )
     taken = {name: "a model of the run" for name in other_models}
     for name in plan.models:
         check_model_name(name, f"tools.models.{name}")
         _claim(taken, name, f"tools.models.{name}")
-        if name == section["tool"]:
+        if name == section.tool:
             raise SnakeskillsError(f"config key tools.models.{name}: the name of tools.tool too; rename the model")
     for name in plan.baseline_models():
         _claim(taken, name, "tools.baselines")
@@ -119,8 +113,7 @@ def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> 
                 f"config key tools.baselines.always_call: {tool!r} is not a tool of this run "
                 f"({', '.join(plan.tool_names())})"
             )
-    price = section.get("price") or {}
-    if price.get("per_input_token") or price.get("per_output_token"):
+    if section.program_price.per_token:
         raise SnakeskillsError(
             "config key tools.price: a program tool is priced per call (per_call); prices per token are for "
             "models as tools (tools.models.<name>.price)"
@@ -194,6 +187,117 @@ def check_tags(tags: dict[str, tuple[str, Tags]], stops: dict[str, str]) -> None
                     f"config key {key}: code_output_begin {tag.code_output_begin!r} is code_end of {other_key}: the "
                     "call's closing tag would read as the start of its output; give the outputs tags of their own"
                 )
+
+
+def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) -> None:
+    """The one check of the tools section and of the keys that need it: tools that exist (a user's imports), names
+    and prices that fit (``check_tools_plan``), tags the loop can read (``check_tags``: no stop string cuts them,
+    output tags apart from call tags, each tool's own) and that reach it as text, a sampler that can run the tools
+    in GRPO, and the keys that need tools set only with them. What probably will not work is ``warn``ed
+    (``tags_warnings``: tags the prompts never show and nothing teaches, tags the prompts are full of)."""
+    from snakeskills.tools.registry import check_tool
+
+    grpo, tiny = config.get("grpo") or {}, config.get("tiny_model") or {}
+    rewards = grpo.get("rewards") or {}
+    priced = [term for term in ("tool_calls", "tool_seconds", "tool_cost", "tool_preference") if rewards.get(term)]
+    if tools is None:
+        if priced and "grpo" in config["methods"]:
+            raise SnakeskillsError(f"config key grpo.rewards.{priced[0]} weighs tool use, but tools is null")
+        if config["model"]["build_tiny"] and tiny.get("tool_share"):
+            raise SnakeskillsError("config key tiny_model.tool_share: the bootstrap's tool calls need a tools section")
+        return
+    plan = ToolsPlan(tools, config["model"]["name"])
+    check_tools_plan(config, plan, _run_model_names(config))
+    if tools.tool is not None:
+        check_tool(tools, "tools.tool")
+    prompts = student_prompts(config)
+    stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
+    for key, prompt in prompts.items():
+        stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
+    tags = plan.tags()
+    check_tags(tags, stops)
+    for key, each in tags.values():
+        _check_tags_are_text(config, each, key)
+    for line in tags_warnings(tags, prompts, _bootstrap_tool_completions(config)):
+        warn(line)
+    if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
+        key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
+        raise SnakeskillsError(
+            f"config key {key}: with tools, GRPO's completions call the tool between turns, which only the project's "
+            "own rollouts do: set grpo.rollouts: hf and grpo.vllm_mode: null"
+        )
+    if config["model"]["build_tiny"] and tiny.get("tool_share") and not tiny.get("tool_completion"):
+        raise SnakeskillsError(
+            "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
+            "the tool; give their template"
+        )
+
+
+def student_prompts(config: dict) -> dict[str, dict]:
+    """The prompts the student (and its rounds) answers with, resolved, by config key: ``prompt``, and each
+    benchmark's own ``benchmarks.<name>.prompt`` where it gives one."""
+    prompts = {"prompt": resolve_prompt(config["prompt"], "prompt")}
+    for benchmark, spec in config["benchmarks"].items():
+        if spec["prompt"]:
+            key = f"benchmarks.{benchmark}.prompt"
+            prompts[key] = resolve_prompt(benchmark_prompt(config["prompt"], spec), key)
+    return prompts
+
+
+def _bootstrap_tool_completions(config: dict) -> list[str]:
+    """The tiny model's bootstrap completions that call tools (``tiny_model.tool_completion``, where
+    ``tiny_model.tool_share`` trains on them), the only place the plan sees a model taught the tags; else none."""
+    tiny = config.get("tiny_model") or {}
+    if not config["model"]["build_tiny"] or not tiny.get("tool_share"):
+        return []
+    completion = tiny["tool_completion"]
+    return [completion] if isinstance(completion, str) else list(completion or [])
+
+
+def _run_model_names(config: dict) -> list[str]:
+    """The names of the run's models other than the tools': the student, its tuned rounds, the teacher."""
+    from snakeskills.training.methods import TRAINING_METHODS
+
+    names = [config["model"]["name"]]
+    names += [
+        TRAINING_METHODS[method].tuned_model_name(r)
+        for method in config["methods"]
+        for r in range(1, config["rounds"] + 1)
+    ]
+    return names + ([config["teacher"]["name"]] if config["teacher"] is not None else [])
+
+
+def _check_tags_are_text(config: dict, tags, key: str = "tools.tags") -> None:
+    """A tag that holds a special token of the student's tokenizer (Llama 3's ``<|python_tag|>``) reaches the loop
+    only where it reads the model's token ids (the hf backend, directly or through the shared model server): it then
+    decodes them with special tokens written out. vLLM and an OpenAI-compatible server hand the loop text that leaves
+    special tokens out, so the loop would never see a call: refused there with the reason. Checked where the plan can
+    read the tokenizer (a local checkpoint folder)."""
+    model, backend = config["model"], config["generation"]["backend"]
+    if backend == "hf":
+        return
+    if tags == TAG_PRESETS["llama3"]:
+        raise SnakeskillsError(
+            f"config key {key}: the llama3 preset's tags are special tokens of Llama 3's tokenizer, which the "
+            f"{backend} backend leaves out of the text it returns: the loop would never see a call; use "
+            "generation.backend: hf (the loop reads its token ids, special tokens included) or the markdown preset"
+        )
+    if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
+        return
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
+    special = set(tokenizer.all_special_tokens)
+    special |= {token.content for token in tokenizer.added_tokens_decoder.values() if token.special}
+    for name in ("code_begin", "code_end"):
+        found = sorted(token for token in special if token and token in getattr(tags, name))
+        if found:
+            raise SnakeskillsError(
+                f"config key {key}: {name} {getattr(tags, name)!r} holds {found[0]!r}, a special token of "
+                f"{model['path']}'s tokenizer, which the {backend} backend leaves out of the text it returns: the "
+                "loop would never see a call; use generation.backend: hf (the loop reads its token ids, special "
+                "tokens included) or tags written in plain text (the markdown or openmath preset)"
+            )
 
 
 # a tag met this often in a prompt, outside the calls the prompt shows, is text the prompt is full of

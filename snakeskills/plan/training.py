@@ -9,6 +9,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_processes
 from snakeskills.plan.sections import is_code_benchmark
+from snakeskills.settings.training import Trainer
 from snakeskills.training.grpo import grpo_sampling
 from snakeskills.training.methods import TRAINING_METHODS, training_method
 
@@ -69,7 +70,7 @@ class TrainingPlan:
             "method": self.section["method"],
             **settings,
             "processes": training_processes(self.config, gpus_available),
-            "distributed": self.config["sft"]["distributed"],
+            "distributed": self.config["training"]["distributed"],
         }
 
 
@@ -83,10 +84,10 @@ def without_save_timer(training: dict) -> dict:
     return {key: value for key, value in training.items() if key != SAVE_TIMER}
 
 
-def with_save_timer(training: dict, section: dict) -> dict:
+def with_save_timer(training: Trainer, config: dict, section: str) -> dict:
     """The training settings a job trains with: its params' ``training`` and ``checkpoint_minutes`` from the
-    config's ``section`` (its own ``training``)."""
-    return {**training, SAVE_TIMER: section["training"][SAVE_TIMER]}
+    config's ``section`` (``sft``, ``tiny_model``, ...: its own ``training``)."""
+    return {**training.to_dict(), SAVE_TIMER: config[section]["training"][SAVE_TIMER]}
 
 
 def check_methods(config: dict, processes: int) -> None:

@@ -267,7 +267,7 @@ def gather_warnings(
     unanswered share on each benchmark, each round's credited examples (``training_data``: {round: (method, its data's
     stats.json, or a trainer's training_metrics.json whose steps counted them: GRPO's)}) and each model's correct
     verdicts (``benchmark_judges``: {benchmark: its own judge section}) resting on a fallback extraction. A new source adds its lines here."""
-    from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, bootstrap_miss
+    from snakeskills.training.tiny_bootstrap import BOOTSTRAP_METRICS_FILE, bootstrap_miss
 
     warnings = []
     for folder in built_models:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from snakeskills.io import read_json
+from snakeskills.results.method_wording import RECORDS_MEANING
 from snakeskills.results.metrics import aligned_rows
 from snakeskills.results.paired_bootstrap import compare
 from snakeskills.results.paired_bootstrap import describe as describe_paired
@@ -86,7 +87,7 @@ def cost_columns(costs: dict[str, dict]) -> dict[str, str]:
     the methods in ``costs`` after train_problems, less those blank in every row."""
     methods = {cost["method"] for cost in costs.values()}
     records = {
-        method.records.column: method.records.meaning
+        method.records.column: RECORDS_MEANING[method.name]
         for method in TRAINING_METHODS.values()
         if method.name in methods and method.records is not None
     }

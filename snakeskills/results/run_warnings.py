@@ -7,7 +7,7 @@ What is checked:
 - a round trained on too few records (SFT examples, DPO pairs, KTO samples) or problems: more data; or in too few
   optimizer steps: raise ``<method>.training.max_steps`` where it stopped the training, else ``num_epochs``;
 - a model whose samples on a benchmark hit ``max_new_tokens`` (truncated) or give no answer too often;
-- a built tiny model whose bootstrap missed its target (``tiny_model.bootstrap_miss`` words that one).
+- a built tiny model whose bootstrap missed its target (``tiny_bootstrap.bootstrap_miss`` words that one).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 
 from snakeskills.judging.extraction_routes import ROUTES, is_fallback
+from snakeskills.results.method_wording import MORE_DATA
 from snakeskills.results.metrics import headline_modes
 from snakeskills.training.methods import TrainingMethod, training_method
 
@@ -90,9 +91,8 @@ def round_warnings(
         short.append(f"{entry.records.unit} (warnings.min_sft_examples {thresholds['min_sft_examples']})")
     if problems < thresholds["min_sft_problems"]:
         short.append(f"problems (warnings.min_sft_problems {thresholds['min_sft_problems']})")
-    parts = (
-        [f"too few {' and '.join(short)}: {entry.more_data} (its stats.json counts what was left out)"] if short else []
-    )
+    more = MORE_DATA[entry.name]
+    parts = [f"too few {' and '.join(short)}: {more} (its stats.json counts what was left out)"] if short else []
     if steps < thresholds["min_optimizer_steps"]:
         wanted = thresholds["min_optimizer_steps"]
         advice = steps_advice(entry, records, steps, section, wanted)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_json, write_jsonl
-from snakeskills.judging.judge import extract_answer, judge_verdicts, normalize_answer
+from snakeskills.judging.extractors import extract_answer
+from snakeskills.judging.judge import judge_verdicts, normalize_answer
+from snakeskills.settings.judging import RuleJudge
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ def majority(answers: list[str | None], same: Callable[[str, str], bool]) -> tup
 
 
 def equivalence_function(
-    answer_groups: list[list[str | None]], judge_config: dict, *, num_workers: int
+    answer_groups: list[list[str | None]], judge: RuleJudge, *, num_workers: int
 ) -> Callable[[str, str], bool]:
     """``same(a, b)`` under judge.equivalence for every pair of distinct answers any one problem has, each pair
     compared once (math-verify in the judge's timed worker processes)."""
@@ -65,7 +67,7 @@ def equivalence_function(
         distinct = list(dict.fromkeys(normalize_answer(answer) for answer in answers if answer is not None))
         pairs.update((a, b) for position, a in enumerate(distinct) for b in distinct[position + 1 :])
     ordered = sorted(pairs)
-    agreeing = judge_verdicts(ordered, judge_config, num_workers=num_workers)
+    agreeing = judge_verdicts(ordered, judge, num_workers=num_workers)
     equal = {pair for pair, verdict in zip(ordered, agreeing, strict=True) if verdict}
     return lambda a, b: (a, b) in equal or (b, a) in equal
 
@@ -74,7 +76,7 @@ def label_problems(
     problems: list[dict],
     solver_seed_rows: list[list[dict]],
     *,
-    judge_config: dict,
+    judge: RuleJudge,
     min_agreement: float,
     num_workers: int,
     exact_answer: Callable[[str], str | None] | None = None,
@@ -90,7 +92,7 @@ def label_problems(
     for rows in solver_seed_rows:
         for row in rows:
             rows_by_id[row["id"]].append(row)
-    extract = {"method": judge_config["extraction"], "regex": judge_config["regex"]}
+    extract = {"method": judge.extraction, "regex": judge.regex}
     answers = {
         problem["id"]: [extract_answer(row["generation"], **extract) for row in rows_by_id[problem["id"]]]
         for problem in problems
@@ -100,7 +102,7 @@ def label_problems(
         raise SnakeskillsError(
             f"{len(missing)} synthesized problems (first: {missing[0]!r}) lack a sample from some seed of the solver"
         )
-    same = equivalence_function(list(answers.values()), judge_config, num_workers=num_workers)
+    same = equivalence_function(list(answers.values()), judge, num_workers=num_workers)
     counts = {"problems": len(problems), "labelled": 0, "low_agreement": 0, "tie": 0, "no_answer": 0}
     labelled = []
     for problem in problems:
@@ -112,7 +114,7 @@ def label_problems(
             continue
         labelled.append({**problem, "expected_answer": label, "agreement": round(agreement, 4)})
     if exact_answer is not None:
-        check_labels(labelled, exact_answer, judge_config, num_workers=num_workers)
+        check_labels(labelled, exact_answer, judge, num_workers=num_workers)
         verified = [record["label_correct"] for record in labelled if record["label_correct"] is not None]
         counts["label_checked"] = len(verified)
         counts["label_accuracy"] = round(sum(verified) / len(verified), 4) if verified else None
@@ -130,13 +132,13 @@ def label_problems(
 
 
 def check_labels(
-    labelled: list[dict], exact_answer: Callable[[str], str | None], judge_config: dict, *, num_workers: int
+    labelled: list[dict], exact_answer: Callable[[str], str | None], judge: RuleJudge, *, num_workers: int
 ) -> None:
     """Add ``label_correct`` to each labelled problem: its label against the answer the benchmark computes
     (``None`` where it cannot compute one: a problem not in the benchmark's form)."""
     truths = [exact_answer(record["problem"]) for record in labelled]
     pairs = [(truth, record["expected_answer"]) for truth, record in zip(truths, labelled, strict=True) if truth]
-    label_verdicts = iter(judge_verdicts(pairs, judge_config, num_workers=num_workers))
+    label_verdicts = iter(judge_verdicts(pairs, judge, num_workers=num_workers))
     for truth, record in zip(truths, labelled, strict=True):
         record["label_correct"] = next(label_verdicts) if truth else None
 
@@ -188,7 +190,7 @@ def write_labels(
     labelled_path: str | Path,
     judged_path: str | Path,
     stats_path: str | Path,
-    judge_config: dict,
+    judge: RuleJudge,
     min_agreement: float,
     num_workers: int,
     exact_answer: Callable[[str], str | None] | None,
@@ -201,7 +203,7 @@ def write_labels(
     labelled, judged, counts = label_problems(
         problems,
         rows_by_seed(solver_paths, chunks_per_seed) if problems else [],
-        judge_config=judge_config,
+        judge=judge,
         min_agreement=min_agreement,
         num_workers=num_workers,
         exact_answer=exact_answer,

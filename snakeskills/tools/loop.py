@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, truncate_at_stop
 from snakeskills.errors import SnakeskillsError
-from snakeskills.tools.price import FREE, Price
-from snakeskills.tools.protocol import Tags, ToolCall, output_parts, turn_call
+from snakeskills.settings.tools import FREE, Price, Tags, Tools
+from snakeskills.tools.protocol import ToolCall, output_parts, turn_call
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +66,13 @@ class LoopTool:
 
 @dataclass(frozen=True)
 class ToolUse:
-    """How a model uses its tools: the program tool's settings (``registry.ToolSettings``; its ``tool`` None where
+    """How a model uses its tools: the program tool's settings (the ``tools`` section; its ``tool`` None where
     only models are tools) and tags, the models as tools (``models``: (``model_tool.ModelToolSettings``, tags,
     price) each), the calls a sample may make (all tools together), the calls that run at once, the program tool's
     price, and ``first_call``: a tool every sample calls first, with its problem as the call (the always-ask
     baseline: ``GenerationRequest.forced_call`` holds the problem)."""
 
-    settings: object
+    settings: Tools
     tags: Tags | None
     max_calls: int
     workers: int
@@ -90,7 +90,7 @@ class ToolUse:
         if settings.tool is not None:
             tools[settings.tool] = LoopTool(settings.tool, self.tags, self.price, lambda seed: new_session(settings))
         for model, tags, price in self.models:
-            limits = dataclasses.replace(settings, tool=model.name)
+            limits = settings.replace(tool=model.name)
             tools[model.name] = LoopTool(model.name, tags, price, functools.partial(ModelToolSession, limits, model))
         return tools
 
@@ -100,31 +100,22 @@ class ToolUse:
         return bool(self.models) or not self.price.free
 
 
-def tool_use(section: dict, *, key: str = "tools") -> ToolUse:
-    """The tools section a job reads (the config's ``tools``, schema defaults filled, each model tool's section
-    resolved by the plan: ``model_path`` and a resolved prompt) as the loop uses it."""
+def tool_use(tools: Tools) -> ToolUse:
+    """The tools section a job reads (each model tool's ``model_path`` and resolved prompt set by the plan) as the
+    loop uses it."""
     from snakeskills.tools.model_tool import ModelToolSettings
-    from snakeskills.tools.price import price_from_config
-    from snakeskills.tools.protocol import tags_from_config
-    from snakeskills.tools.registry import tools_settings
 
     models = tuple(
-        (
-            ModelToolSettings(name, model["model"], model["model_path"], model["prompt"], model["generation"]),
-            tags_from_config(model["tags"], f"{key}.models.{name}.tags"),
-            price_from_config(model["price"], f"{key}.models.{name}.price"),
-        )
-        for name, model in (section.get("models") or {}).items()
+        (ModelToolSettings(name, model), model.tags, model.price or FREE) for name, model in tools.models.items()
     )
-    program = section.get("tool") is not None
     return ToolUse(
-        settings=tools_settings(section, key),
-        tags=tags_from_config(section["tags"], f"{key}.tags") if program else None,
-        max_calls=section["max_calls"],
-        workers=section["workers"],
-        price=price_from_config(section.get("price"), f"{key}.price"),
+        settings=tools,
+        tags=tools.tags if tools.tool is not None else None,
+        max_calls=tools.max_calls,
+        workers=tools.workers,
+        price=tools.program_price,
         models=models,
-        first_call=section.get("first_call"),
+        first_call=tools.first_call,
     )
 
 

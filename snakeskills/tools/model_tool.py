@@ -25,29 +25,28 @@ import time
 from dataclasses import dataclass
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.tools.session import Ran, ToolSession, ToolSettings, timed_out
+from snakeskills.settings.generation import Generation
+from snakeskills.settings.tools import ModelTool, Tools
+from snakeskills.tools.session import Ran, ToolSession, timed_out
 
 
 @dataclass(frozen=True)
 class ModelToolSettings:
-    """A model tool's section as a job reads it: its name, the model and where its weights are, its resolved
-    prompt and its generation section (schema defaults filled)."""
+    """A model tool as a job asks it: its name and its section (``model_path`` and the resolved prompt set by the
+    plan)."""
 
     name: str
-    model: dict
-    model_path: str | None
-    prompt: dict
-    generation: dict
+    section: ModelTool
 
 
-def shared_generation(generation: dict) -> dict:
+def shared_generation(generation: Generation) -> Generation:
     """A model tool's generation section with its shared model server on (a backend that loads local weights; an
     openai server is asked where it is)."""
     from snakeskills.backends.specs import backend_spec
 
     if not backend_spec(generation).needs_local_model:
         return generation
-    return {**generation, "share_model": {**generation["share_model"], "enabled": True}}
+    return generation.replace(share_model=generation.share_model.replace(enabled=True))
 
 
 def call_seed(seed: int, tool: str, call: int) -> int:
@@ -80,19 +79,20 @@ class AskedModel:
         self._busy = False
 
     def _build(self) -> None:
-        from snakeskills.backends import backend_from_config, sampling_from_config
+        from snakeskills.backends import backend_from_config, sampling_params
         from snakeskills.prompts import chat_format
 
-        generation = shared_generation(self.settings.generation)  # once per node, whatever the section says
+        section = self.settings.section
+        generation = shared_generation(section.generation)  # once per node, whatever the section says
         self.backend = backend_from_config(
             generation,
-            self.settings.model,
-            model_path=self.settings.model_path,
+            section.model.to_dict(),
+            model_path=section.model_path,
             adapter_path=None,
-            threads=generation["share_model"]["threads"] or len(os.sched_getaffinity(0)),
-            **chat_format(self.settings.prompt),
+            threads=generation.share_model.threads or len(os.sched_getaffinity(0)),
+            **chat_format(section.prompt),
         )
-        self.sampling = sampling_from_config(generation["sampling"], self.settings.prompt)
+        self.sampling = sampling_params(generation.sampling, section.prompt)
 
     def ask(self, text: str, seed: int, timeout: float | None = None):
         """The model's answer (a ``GenerationResult``) to ``text`` put in its prompt as the problem; None where it
@@ -104,7 +104,7 @@ class AskedModel:
             if self.backend is None:
                 self._build()
             deadline = None if timeout is None else time.monotonic() + timeout
-            waiting = _Waiting(build_request(self.backend, self.settings.prompt, {"problem": text}, seed))
+            waiting = _Waiting(build_request(self.backend, self.settings.section.prompt, {"problem": text}, seed))
             self._queue.append(waiting)
             if not self._busy:
                 self._send()
@@ -181,7 +181,7 @@ _ASKED_LOCK = threading.Lock()
 
 def asked_model(settings: ModelToolSettings) -> AskedModel:
     """The process's one ``AskedModel`` for these settings."""
-    key = json.dumps([settings.name, settings.model, settings.model_path, settings.prompt, settings.generation])
+    key = json.dumps([settings.name, settings.section.to_dict()])
     with _ASKED_LOCK:
         if key not in _ASKED:
             _ASKED[key] = AskedModel(settings)
@@ -195,7 +195,7 @@ class ModelToolSession(ToolSession):
     as its output and no tokens; one not answered within ``tools.timeout_seconds`` (its wait for a batch
     included) is a timed-out call."""
 
-    def __init__(self, settings: ToolSettings, model: ModelToolSettings, seed: int):
+    def __init__(self, settings: Tools, model: ModelToolSettings, seed: int):
         super().__init__(settings)
         self.model, self.seed, self.calls = model, seed, 0
 

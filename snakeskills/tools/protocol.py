@@ -11,41 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snakeskills.errors import SnakeskillsError
-
-
-@dataclass(frozen=True)
-class Tags:
-    code_begin: str
-    code_end: str
-    code_output_begin: str
-    code_output_end: str
-
-
-# NeMo-Skills' code tags (nemo_skills/prompt/code_tags): markdown is Qwen2.5-Math's and NeMo-Skills' default
-# tool-integrated format, openmath OpenMath-Nemotron's, llama3 Llama 3's built-in python tool
-TAG_PRESETS = {
-    "markdown": Tags("```python\n", "```\n", "```output\n", "```\n"),
-    "openmath": Tags("<tool_call>\n", "</tool_call>\n", "```output\n", "```\n"),
-    "llama3": Tags(
-        "<|python_tag|>",
-        "<|eom_id|>",
-        "<|start_header_id|>ipython<|end_header_id|>\n\n",
-        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
-    ),
-}
-
-
-def tags_from_config(tags: str | dict, key: str = "tools.tags") -> Tags:
-    """A preset's name or the four tags written out; an unknown preset or an empty tag names ``key``."""
-    if isinstance(tags, str):
-        if tags not in TAG_PRESETS:
-            raise SnakeskillsError(f"config key {key}: unknown tag preset {tags!r}; known: {sorted(TAG_PRESETS)}")
-        return TAG_PRESETS[tags]
-    for name in ("code_begin", "code_end", "code_output_begin", "code_output_end"):
-        if not tags.get(name):
-            raise SnakeskillsError(f"config key {key}.{name}: a tag must be a non-empty string")
-    return Tags(tags["code_begin"], tags["code_end"], tags["code_output_begin"], tags["code_output_end"])
+from snakeskills.settings.tools import Tags
 
 
 @dataclass(frozen=True)

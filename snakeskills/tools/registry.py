@@ -1,6 +1,5 @@
-"""The tools by name: one table of the built-in ones (``TOOLS``), or a user's own ``module:function``; the settings
-read from the config section ``tools``; a new session per sample (``new_session``); and the plan's check that the
-chosen tool can run on this node (``check_tool``).
+"""The tools by name: one table of the built-in ones (``TOOLS``), or a user's own ``module:function``; a new session
+per sample (``new_session``); and the plan's check that the chosen tool can run on this node (``check_tool``).
 
 The built-ins: ``python`` (the call is Python, run in the code judge's sandbox, a sample's calls sharing their
 variables; ``sandboxed.py``) and ``calculator`` (the call is one arithmetic expression, evaluated exactly without
@@ -15,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging.sandbox import SANDBOXES, check_sandbox
 from snakeskills.registry import is_user_function, load_user_function
+from snakeskills.sandbox.containment import check_sandbox
+from snakeskills.settings.tools import Tools
 from snakeskills.tools.calculator import CalculatorSession
 from snakeskills.tools.sandboxed import PythonSession, UserToolSession, probe_user_tool
-from snakeskills.tools.session import ToolResult, ToolSession, ToolSettings
+from snakeskills.tools.session import ToolResult, ToolSession
 
 __all__ = [
     "TOOLS",
@@ -27,10 +27,8 @@ __all__ = [
     "Tool",
     "ToolResult",
     "ToolSession",
-    "ToolSettings",
     "check_tool",
     "new_session",
-    "tools_settings",
 ]
 
 
@@ -40,7 +38,7 @@ class Tool:
     run in the sandbox (``tools.sandbox``)."""
 
     description: str
-    session: Callable[[ToolSettings], ToolSession]
+    session: Callable[[Tools], ToolSession]
     sandboxed: bool
 
 
@@ -61,34 +59,7 @@ TOOLS = {
 TOOL_DESCRIPTIONS = {name: tool.description for name, tool in TOOLS.items()}
 
 
-def tools_settings(section: dict, key: str = "tools") -> ToolSettings:
-    """The settings of the config section ``section`` (found at config ``key``): a value of the wrong kind names its
-    key; a key left out takes ``ToolSettings``' default (the schema's). Keys the tools do not read (the tags, the
-    loop's own, the models as tools) are left to their readers. The limits hold for every tool (a model tool's
-    output is cut to ``max_output_characters`` too); ``tool`` is None where only models are tools."""
-    tool = section.get("tool")
-    if not (tool is None and section.get("models")) and (not isinstance(tool, str) or not tool):
-        raise SnakeskillsError(
-            f"config key {key}.tool: a tool's name ({', '.join(TOOLS)}, or your own as module:function) is needed "
-            f"(or null where {key}.models names the tools), not {tool!r}"
-        )
-    defaults = ToolSettings(tool)
-    characters = section.get("max_output_characters", defaults.max_output_characters)
-    if isinstance(characters, bool) or not isinstance(characters, int) or characters < 1:
-        raise SnakeskillsError(f"config key {key}.max_output_characters: a whole number from 1, not {characters!r}")
-    seconds = section.get("timeout_seconds", defaults.timeout_seconds)
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise SnakeskillsError(f"config key {key}.timeout_seconds: a number of seconds above 0, not {seconds!r}")
-    memory = section.get("memory_limit_mb", defaults.memory_limit_mb)
-    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
-        raise SnakeskillsError(f"config key {key}.memory_limit_mb: a whole number of MB, or null, not {memory!r}")
-    sandbox = section.get("sandbox", defaults.sandbox)
-    if sandbox not in SANDBOXES:
-        raise SnakeskillsError(f"config key {key}.sandbox: one of {', '.join(SANDBOXES)}, not {sandbox!r}")
-    return ToolSettings(tool, characters, float(seconds), memory, sandbox)
-
-
-def new_session(settings: ToolSettings, key: str = "tools.tool") -> ToolSession:
+def new_session(settings: Tools, key: str = "tools.tool") -> ToolSession:
     """A new session of the chosen tool, for one sample; safe to call from several threads at once."""
     if settings.tool in TOOLS:
         return TOOLS[settings.tool].session(settings)
@@ -97,7 +68,7 @@ def new_session(settings: ToolSettings, key: str = "tools.tool") -> ToolSession:
     raise _unknown(settings.tool, key)
 
 
-def check_tool(settings: ToolSettings, key: str = "tools.tool") -> None:
+def check_tool(settings: Tools, key: str = "tools.tool") -> None:
     """Stop the plan unless the chosen tool (config ``key``) can run here: a known built-in, or a user's
     ``module:function`` that imports and is callable, in the job's process and in the sandbox; for a tool that runs
     in the sandbox, a sandbox that starts (its key, ``sandbox``, beside ``key``)."""

@@ -1,4 +1,4 @@
-"""The tools whose calls run as programs in the code judge's sandbox (``judging.program_runner.run_once``, by
+"""The tools whose calls run as programs in the code judge's sandbox (``sandbox.program_runner.run_once``, by
 default bubblewrap: no network, no view of the job's files, environment or processes): Python, and a user's own
 ``module:function``. Each call is one fresh run under ``tools.timeout_seconds`` (wall clock, the whole run) and
 ``tools.memory_limit_mb``; nothing lives on between calls, so one sample's session never sees another's.
@@ -35,8 +35,9 @@ import site
 import sysconfig
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging.program_runner import run_once
-from snakeskills.tools.session import Ran, ToolSession, ToolSettings, timed_out
+from snakeskills.sandbox.program_runner import run_once
+from snakeskills.settings.tools import Tools
+from snakeskills.tools.session import Ran, ToolSession, timed_out
 
 REPORTED = 3  # a harness's exit status when it showed the call's exception itself
 STDERR_LINES = 3  # lines of the standard error shown when a run ends otherwise
@@ -174,7 +175,7 @@ _main()
 )
 
 
-def run_program(program: str, request: dict, settings: ToolSettings) -> Ran:
+def run_program(program: str, request: dict, settings: Tools) -> Ran:
     """One sandboxed run of a harness with its request on standard input, read as a call's result: its standard
     output; on a failure also the exception it showed, or the last lines of its standard error and how it ended."""
     outcome = run_once(
@@ -213,7 +214,7 @@ def ended(returncode: int) -> str:
 class PythonSession(ToolSession):
     """A sample's Python session: the calls that succeeded so far, replayed before each new one."""
 
-    def __init__(self, settings: ToolSettings) -> None:
+    def __init__(self, settings: Tools) -> None:
         super().__init__(settings)
         self.succeeded: list[str] = []
 
@@ -232,7 +233,7 @@ class PythonSession(ToolSession):
 class UserToolSession(ToolSession):
     """A sample's session with a user's ``module:function``: each call one sandboxed run; it keeps nothing."""
 
-    def __init__(self, settings: ToolSettings, key: str = "tools.tool") -> None:
+    def __init__(self, settings: Tools, key: str = "tools.tool") -> None:
         super().__init__(settings)
         self.module, _, self.function = settings.tool.partition(":")
         self.files = module_files(self.module, key)
@@ -242,7 +243,7 @@ class UserToolSession(ToolSession):
         return run_program(USER_HARNESS, request, self.settings)
 
 
-def probe_user_tool(settings: ToolSettings, key: str) -> None:
+def probe_user_tool(settings: Tools, key: str) -> None:
     """Stop unless the user's tool imports in the sandbox as its calls will import it (its function found there);
     the module imported in the job's own process already (``registry.check_tool``)."""
     module, _, function = settings.tool.partition(":")

@@ -1,5 +1,5 @@
-"""What every tool shares: its settings (the config section ``tools``), the result of one call, and the session a
-sample's calls go through, which times each call and cuts its output to ``max_output_characters``."""
+"""What every tool shares: the result of one call, and the session a sample's calls go through, which times each
+call and cuts its output to ``max_output_characters`` (its settings: ``settings.tools.Tools``)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,7 @@ import abc
 import time
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class ToolSettings:
-    """The config section ``tools`` as the tools read it (``registry.tools_settings``): which tool (a built-in's
-    name or a user's ``module:function``), how much of a call's output the model sees, and the limits and sandbox
-    of a sandboxed call (the Python tool and a user's function; the calculator needs none)."""
-
-    tool: str | None
-    max_output_characters: int = 1000  # NeMo-Skills' max_code_output_characters
-    timeout_seconds: float = 10.0
-    memory_limit_mb: int | None = 1024
-    sandbox: str = "bwrap"
+from snakeskills.settings.tools import Tools
 
 
 @dataclass(frozen=True)
@@ -72,7 +61,7 @@ class ToolSession(abc.ABC):
     the next within a session (the Python tool's variables), never across sessions. ``call`` is used from one
     thread at a time; different sessions run calls at once from different threads."""
 
-    def __init__(self, settings: ToolSettings) -> None:
+    def __init__(self, settings: Tools) -> None:
         self.settings = settings
         self.closed = False
 

@@ -59,8 +59,8 @@ def trl_forward_reason(
         )
     if processes > 1:
         return (
-            f"{processes} training processes (sft.processes): DDP's wrapper is not checked with two forwards before "
-            "a backward"
+            f"{processes} training processes (training.processes): DDP's wrapper is not checked with two forwards "
+            "before a backward"
         )
     if not groups_share_prompts(input_ids, attention_mask, logits_to_keep):
         return "no two rows of the batch share a prompt"

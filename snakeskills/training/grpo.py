@@ -18,6 +18,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl
 from snakeskills.judging.extraction_routes import ROUTES, is_fallback
 from snakeskills.prompts import encode_messages
+from snakeskills.settings.generation import Generation, Sampling
 from snakeskills.training import trl_names
 from snakeskills.training.group_forward import shared_prompt_logps, trl_forward_reason
 from snakeskills.training.grpo_rewards import (
@@ -278,7 +279,8 @@ def train(
     (``rollouts.BackendRollouts``), ``trl`` TRL's own generate. Resumes from the newest complete Trainer checkpoint of
     the same run (training.checkpoint_minutes, checkpoint_steps). With ``tools`` (the config's section) the hf
     rollouts call the tool between turns (``tools.loop``); TRL masks the tools' outputs out of the loss."""
-    if not sampling["temperature"]:
+    sampling = typed_sampling(sampling)
+    if not sampling.temperature:
         raise SnakeskillsError(
             "grpo.sampling.temperature is 0: a group of greedy completions has no spread to learn from"
         )
@@ -299,10 +301,10 @@ def train(
         common["logging_steps"] = 1  # every step's reward: the report plots reward by step
         settings = {
             "num_generations": num_generations,
-            "max_completion_length": sampling["max_new_tokens"],
-            "temperature": sampling["temperature"],
-            "top_p": sampling["top_p"],
-            "top_k": sampling["top_k"],
+            "max_completion_length": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
             "beta": beta,
             "loss_type": loss,
             "reward_weights": [reward_weight(rewards, term) for term in terms],
@@ -322,7 +324,7 @@ def train(
         reward = JudgeRewards(
             judges,
             reasoning,
-            sampling["max_new_tokens"],
+            sampling.max_new_tokens,
             num_workers=max(1, run.threads),
             tool_preference=rewards.get("tool_preference"),
         )
@@ -338,10 +340,11 @@ def train(
             if tools is not None:
                 from trl import GRPOTrainer
 
+                from snakeskills.settings.tools import Tools
                 from snakeskills.tools.loop import tool_use
 
                 trl_names.require_key(GRPOTrainer, TRL_TOOL_MASK, "gives as the mask of the tools' tokens")
-                use = tool_use(tools)
+                use = tool_use(Tools.from_dict(tools, "tools"))
             extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch, tools=use)
         trainer = tokenized_trainer(
             trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs, **extra
@@ -402,6 +405,12 @@ def grpo_sampling(config: dict) -> dict:
     return {key: student[key] if own[key] is None else own[key] for key in own}
 
 
+def typed_sampling(sampling: dict) -> Sampling:
+    """``grpo_sampling``'s dict (a rule's params) as the trainer samples with it: without stop strings (a
+    completion ends at EOS or max_new_tokens)."""
+    return Sampling.from_dict({**sampling, "stop": []}, "grpo.sampling")
+
+
 def check_config(config: dict, processes: int) -> None:
     """The grpo section's cross-key rules (plan time)."""
     import importlib.util
@@ -420,14 +429,16 @@ def check_config(config: dict, processes: int) -> None:
             f"config key grpo.steps_per_generation ({steps_per_generation}) must be a multiple of "
             f"grpo.training.gradient_accumulation_steps ({accumulation}): one sampling serves whole optimizer steps"
         )
-    if not grpo_sampling(config)["temperature"]:
+    if not typed_sampling(grpo_sampling(config)).temperature:
         raise SnakeskillsError(
             "config key grpo.sampling.temperature is 0 (or null and generation.sampling.temperature is 0): a "
             "group of greedy completions is all alike and GRPO learns nothing; sample with a temperature above 0"
         )
     if not any(grpo["rewards"].values()):
         raise SnakeskillsError("config key grpo.rewards: every weight is 0, so every completion gets the same reward")
-    student_runs_vllm = backend_spec(config["generation"]).runs_vllm  # then vLLM is installed where jobs run
+    student_runs_vllm = backend_spec(
+        Generation.from_dict(config["generation"], "generation")
+    ).runs_vllm  # then vLLM is installed where jobs run
     if grpo["vllm_mode"] is not None and not student_runs_vllm and importlib.util.find_spec("vllm") is None:
         raise SnakeskillsError(
             f"config key grpo.vllm_mode is {grpo['vllm_mode']!r}, but vllm is not installed here; install it "

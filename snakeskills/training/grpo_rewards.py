@@ -10,6 +10,7 @@ import json
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import text_fields
 from snakeskills.judging.extraction_routes import EXTRACTION_ROUTE, ROUTES
+from snakeskills.settings.judging import RuleJudge
 from snakeskills.training import trl_names
 
 # the reward terms, in the order their weights are given to the trainer (grpo.rewards)
@@ -32,13 +33,14 @@ class JudgeRewards:
 
     def __init__(
         self,
-        judges: dict[str, dict],
+        judges: dict[str, dict | RuleJudge],
         reasoning: dict,
         max_new_tokens: int,
         num_workers: int,
         tool_preference: dict[str, float] | None = None,
     ):
-        self.judges, self.reasoning = judges, reasoning
+        self.judges = {name: RuleJudge.from_dict(judge, f"judge of {name}") for name, judge in judges.items()}
+        self.reasoning = reasoning
         self.tool_preference = tool_preference or {}
         self.max_new_tokens, self.num_workers = max_new_tokens, num_workers
         # the last batch's completions (held, so that no other list can take their identity) and verdicts

@@ -1,6 +1,7 @@
 """The one table of training methods (config key ``methods``): what each method's rounds read, train, cost and warn
 about. The plan (``plan/training.py``), the rules (``rules/train.smk``), the comparison's cost table and warnings
-(``results/``) and the report's training curves read it, as ``backends/specs.py`` is read for backends.
+(``results/``) and the report's training curves read it, as ``backends/specs.py`` is read for backends; the words
+the report and the warnings use for each method are in ``results/method_wording.py``.
 
 In code, "method" means the training algorithm (sft, dpo, kto, grpo); whether a round trains a LoRA adapter or every
 weight is its "weights" (the config key stays ``<method>.method: lora | full``).
@@ -23,13 +24,12 @@ WEIGHTS = ("lora", "full")
 @dataclass(frozen=True)
 class Records:
     """What a method's round trains on, counted: its column in the cost table (its unit in its name: the records its
-    trainer drew, ``results.method_comparison.records_trained``), the unit in words (warnings), what the column holds
-    (explained under the table; ``TRAINED_SHARE`` says how it counts) and the stats.json key counting the round's data
-    (too few warn: warnings.min_sft_examples)."""
+    trainer drew, ``results.method_comparison.records_trained``; what it holds is worded under the table by
+    ``results.method_wording.RECORDS_MEANING``), the unit in words (warnings) and the stats.json key counting the
+    round's data (too few warn: warnings.min_sft_examples)."""
 
     column: str
     unit: str
-    meaning: str
     stat: str
 
 
@@ -55,9 +55,6 @@ class TrainingMethod:
     problems_stat: str
     # what the round's data holds where a record is not a problem (None: GRPO trains on the problems themselves)
     records: Records | None
-    # how to get more training data: the advice of a warning on too few records or problems (every config key it
-    # names is in config/schema.yaml: tests/unit/test_run_warnings.py)
-    more_data: str
     # the report's curve: (log_history key, axis label), the first one its trainer logs is drawn
     curves: tuple[tuple[str, str], ...]
     # the training job's runtime per parameter and epoch as a multiple of SFT's (a reference pass, sampled groups)
@@ -92,12 +89,6 @@ class TrainingMethod:
 
 
 _TRAINING_CURVE_LOSS = ("loss", "training loss")
-# how each records column counts, after what it holds: the records drawn, not those in the round's data
-TRAINED_SHARE = (
-    "the distinct ones the trainer drew: all of the round's data once it made a whole pass over it; for a fraction "
-    "of a pass (num_epochs below 1, or max_steps ending it first) that fraction of them, to within a batch (the "
-    "trainer's epoch x the data's records); its stats.json counts the data"
-)
 
 SFT = TrainingMethod(
     name="sft",
@@ -111,11 +102,8 @@ SFT = TrainingMethod(
     records=Records(
         column="sft_examples",
         unit="SFT examples",
-        meaning=f"judged-correct answers SFT trained on, each with its prompt; {TRAINED_SHARE}",
         stat="kept",
     ),
-    more_data="sample more seeds per train problem (train_num_seeds; teacher.train_num_seeds where a teacher writes "
-    "the data) or add train problems (train_benchmarks)",
     curves=(_TRAINING_CURVE_LOSS,),
     runtime_factor=1,
     frozen_reference=False,
@@ -134,11 +122,8 @@ DPO = TrainingMethod(
     records=Records(
         column="dpo_pairs",
         unit="DPO pairs",
-        meaning=f"(correct, incorrect) answer pairs of one prompt DPO trained on; {TRAINED_SHARE}",
         stat="pairs",
     ),
-    more_data="a pair needs a problem with both a correct and an incorrect sample: sample more seeds per train "
-    "problem (train_num_seeds), or widen dpo.pass_rate",
     curves=(("rewards/accuracies", "preference accuracy"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
@@ -157,11 +142,8 @@ KTO = TrainingMethod(
     records=Records(
         column="kto_samples",
         unit="KTO samples",
-        meaning="judged answers KTO trained on, each with its prompt, desirable when correct and undesirable when "
-        f"not; {TRAINED_SHARE}",
         stat="samples",
     ),
-    more_data="sample more seeds per train problem (train_num_seeds), or widen kto.pass_rate",
     curves=(("rewards/margins", "reward margin (desirable - undesirable)"), _TRAINING_CURVE_LOSS),
     runtime_factor=2,
     frozen_reference=True,
@@ -189,8 +171,6 @@ GRPO = TrainingMethod(
     credited="completions rewarded as correct",
     problems_stat="problems_in_pass_rate",
     records=None,
-    more_data="a problem needs a pass rate inside grpo.pass_rate: widen grpo.pass_rate, or sample more seeds per "
-    "train problem (train_num_seeds)",
     curves=(("reward", "mean reward of the sampled completions"), _TRAINING_CURVE_LOSS),
     runtime_factor=4,
     frozen_reference=True,
@@ -208,10 +188,6 @@ def training_method(name: str) -> TrainingMethod:
     if name not in TRAINING_METHODS:
         raise SnakeskillsError(f"training method {name!r} is not one of {', '.join(TRAINING_METHODS)}")
     return TRAINING_METHODS[name]
-
-
-# what SFT rounds were named before their names said the method (sft-round1): results written then keep them
-LEGACY_SFT_ROUND = re.compile(r"round(\d+)")
 
 
 def tuned_model_parts(model: str) -> tuple[str, int] | None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import logging
 
-from snakeskills.backends.types import GenerationRequest, SamplingParams
+from snakeskills.backends import sampling_params
+from snakeskills.backends.types import GenerationRequest
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import row_seed
+from snakeskills.settings.generation import Sampling
 from snakeskills.training.grpo_rewards import TRL_TOOL_MASK
 
 logger = logging.getLogger(__name__)
@@ -80,15 +82,10 @@ class BackendRollouts:
     sampler repeats it), sampled by the hf backend's loop with a seed per completion."""
 
     def __init__(
-        self, prompt_token_ids: dict[str, list[int]], sampling: dict, *, seed: int, batch_size: int, tools=None
+        self, prompt_token_ids: dict[str, list[int]], sampling: Sampling, *, seed: int, batch_size: int, tools=None
     ):
         self.prompt_token_ids = prompt_token_ids
-        self.sampling = SamplingParams(
-            temperature=sampling["temperature"],
-            top_p=sampling["top_p"],
-            top_k=sampling["top_k"],
-            max_new_tokens=sampling["max_new_tokens"],
-        )
+        self.sampling = sampling_params(sampling)  # the prompts are token ids: no template's stops
         self.seed, self.batch_size = seed, batch_size
         self.tools = tools  # a tools.loop.ToolUse: completions call the tool between turns
         self.backend = self.folded = None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import fingerprint
+from snakeskills.settings.training import Round
 from snakeskills.training.methods import WEIGHTS, training_method
 
 logger = logging.getLogger(__name__)
@@ -98,12 +99,12 @@ def run_round(run: RoundRun, method: str, build_trainer) -> dict:
     return metrics
 
 
-def trainer_options(method: str, settings: dict, judging: dict) -> dict:
-    """The keyword arguments ``method``'s ``train`` takes beside the ``RoundRun``: its own keys of the round's
-    settings (``plan.training.TrainingPlan.training_config``), and for a method rewarded online the train benchmarks'
-    judges and the student's reasoning settings (``judging``)."""
+def trainer_options(method: str, settings: Round, judging: dict) -> dict:
+    """The keyword arguments ``method``'s ``train`` takes beside the ``RoundRun``: its own options of the round's
+    settings, and for a method rewarded online the train benchmarks' judges and the student's reasoning settings
+    (``judging``)."""
     entry = training_method(method)
-    return {**{key: settings[key] for key in entry.options}, **(judging if entry.judges_rewards else {})}
+    return {**{key: getattr(settings, key) for key in entry.options}, **(judging if entry.judges_rewards else {})}
 
 
 def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Path) -> dict:

@@ -1,5 +1,5 @@
 """SFT's trainer: TRL's ``SFTTrainer`` on prompt/completion examples with the loss on the completion only, for a
-round's SFT data (``sft_data``) and for the embedded default's bootstrap (``tiny_model``).
+round's SFT data (``sft_data``) and for the embedded default's bootstrap (``tiny_bootstrap``).
 
 Prompts are encoded exactly as generation encodes them (``prompts.encode_messages``), not re-rendered by the
 trainer, so the model is trained on the inputs it is evaluated on."""

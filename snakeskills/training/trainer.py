@@ -32,7 +32,9 @@ logger = logging.getLogger(__name__)
 def check_batch_divides(batch_size: int, processes: int, accumulation: int, section: str) -> None:
     """``{section}.batch_size`` must split evenly over processes x gradient accumulation steps."""
     if batch_size % (processes * accumulation):
-        by_processes = f"the {processes} training processes (sft.processes / sft.gpus) x " if processes > 1 else ""
+        by_processes = (
+            f"the {processes} training processes (training.processes / training.gpus) x " if processes > 1 else ""
+        )
         raise SnakeskillsError(
             f"config key {section}.batch_size ({batch_size}) must be a multiple of {by_processes}{accumulation} "
             f"{section}.gradient_accumulation_steps: each forward pass takes an equal share"

@@ -20,7 +20,7 @@ from snakeskills.backends.hf import (
     static_cache_length,
     unsupported_static_cache_layers,
 )
-from snakeskills.training.tiny_model import build_char_tokenizer
+from snakeskills.models.tiny_model import build_char_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=16)
 SAMPLED = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)

@@ -14,8 +14,8 @@ def test_a_groups_prompt_computed_once_gives_trls_log_probabilities_and_gradient
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
+    from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
     from snakeskills.training.group_forward import groups_share_prompts, shared_prompt_logps
-    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
     from snakeskills.training.trainer import completion_positions_only
 
     tokenizer = build_char_tokenizer()

@@ -17,6 +17,7 @@ from conftest import save_tiny_llama, training_section
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import write_jsonl
+from snakeskills.settings.tools import Tools
 from snakeskills.training import grpo
 from snakeskills.training import trainer as trainer_module
 from snakeskills.training.rounds import RoundRun
@@ -152,7 +153,7 @@ def fixed_step(run: RoundRun, monkeypatch, texts: list[str], *, tools: bool, jud
             judges=judge or judges(),
             reasoning=REASONING,
             rollouts="hf",
-            tools={"tool": "calculator", "tags": {}} if tools else None,
+            tools=Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools").to_dict() if tools else None,
         )
     assert seen["metrics"]["global_step"] == 1
     return seen

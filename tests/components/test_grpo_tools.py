@@ -268,7 +268,8 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    from snakeskills.tools.registry import ToolSettings, new_session
+    from snakeskills.settings.tools import Tools
+    from snakeskills.tools.registry import new_session
     from snakeskills.training import rollouts
 
     tokenizer = AutoTokenizer.from_pretrained(tool_caller)
@@ -321,7 +322,7 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
         judges=judges(),
         reasoning=REASONING,
         rollouts="hf",
-        tools=TOOLS,
+        tools=Tools.filled(TOOLS, "tools").to_dict(),
     )
     assert metrics["global_step"] == 1 and len(recorded["rollouts"]) == 1
     output = recorded["rollouts"][0]
@@ -329,7 +330,7 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     assert (recorded["samplers"][0].completions, recorded["samplers"][0].mismatches) == (8, 0)
     for ids, text in zip(output["completion_ids"], output["transcript"], strict=True):
         assert tokenizer.decode(ids, skip_special_tokens=False) in (text, text + tokenizer.eos_token)
-    calculator = new_session(ToolSettings("calculator"))
+    calculator = new_session(Tools.filled({"tool": "calculator"}, "tools"))
     rows = len(output["completion_ids"])
     assert rows == 8
     for key in ("prompt_ids", "logprobs", "env_mask", "transcript", "tool_output_spans", "tool_calls"):

@@ -244,7 +244,9 @@ def test_one_relative_model_path_in_two_working_directories_names_two_servers(tm
 
     built = []
     monkeypatch.setattr(backends, "build_backend", lambda name, **options: built.append(options["options"]))
-    generation = generation_section(share_model={"enabled": True})
+    from snakeskills.settings.generation import Generation
+
+    generation = Generation.from_dict(generation_section(share_model={"enabled": True}), "generation")
     model = {"dtype": "auto", "trust_remote_code": False}
     for run in ("first", "second"):
         (tmp_path / run).mkdir()

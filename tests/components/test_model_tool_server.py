@@ -7,15 +7,16 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import default_section, generation_section, hf_backend
+from conftest import default_section, generation_section, hf_backend, model_tool_settings
 
-from snakeskills.backends import GenerationRequest, sampling_from_config
+from snakeskills.backends import GenerationRequest, sampling_params
 from snakeskills.prompts import model_input_ids, resolve_prompt
+from snakeskills.settings.tools import Tools
 from snakeskills.tools import model_tool
-from snakeskills.tools.model_tool import ModelToolSession, ModelToolSettings, call_seed
-from snakeskills.tools.session import ToolSettings
+from snakeskills.tools.model_tool import ModelToolSession, call_seed
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 6, "stop": []}
+EXPERT_LIMITS = Tools.filled({"tool": "expert"}, "tools")
 
 
 @pytest.fixture()
@@ -24,19 +25,19 @@ def expert(tiny_checkpoint, tmp_path):
     generation = generation_section(backend="hf", batch_size=4, device="cpu", share_model=share, sampling=SAMPLING)
     prompt = resolve_prompt(default_section("prompt") | {"system": None, "user": "{problem}=", "chat_template": False})
     model = {"path": str(tiny_checkpoint), "dtype": "auto", "trust_remote_code": False}
-    yield ModelToolSettings("expert", model, str(tiny_checkpoint), prompt, generation)
+    yield model_tool_settings("expert", prompt, generation, model=model, model_path=str(tiny_checkpoint))
     for asked in model_tool._ASKED.values():
         asked.close()
     model_tool._ASKED.clear()
 
 
 def test_a_calls_tokens_are_what_the_expert_read_and_wrote_and_its_answer_a_direct_loads(expert, tiny_checkpoint):
-    session = ModelToolSession(ToolSettings("expert"), expert, seed=3)
+    session = ModelToolSession(EXPERT_LIMITS, expert, seed=3)
     first, second = session.call("12+34"), session.call("5+6")
     direct = hf_backend(str(tiny_checkpoint), device="cpu", batch_size=1, threads=1)
-    sampling = sampling_from_config(expert.generation["sampling"], expert.prompt)
+    sampling = sampling_params(expert.section.generation.sampling, expert.section.prompt)
     for number, (problem, result) in enumerate([("12+34", first), ("5+6", second)]):
-        ids = model_input_ids(expert.prompt, {"problem": problem}, direct.tokenizer)
+        ids = model_input_ids(expert.section.prompt, {"problem": problem}, direct.tokenizer)
         [expected] = direct.generate(
             [GenerationRequest(seed=call_seed(3, "expert", number), prompt_token_ids=tuple(ids))], sampling
         )
@@ -48,10 +49,10 @@ def test_a_calls_tokens_are_what_the_expert_read_and_wrote_and_its_answer_a_dire
 
 def test_the_expert_is_loaded_once_for_every_job_that_asks_it(expert, caplog):
     with caplog.at_level(logging.INFO, logger="snakeskills"):
-        ModelToolSession(ToolSettings("expert"), expert, seed=1).call("1+2")
+        ModelToolSession(EXPERT_LIMITS, expert, seed=1).call("1+2")
         pids = {asked.backend.server_pid for asked in model_tool._ASKED.values()}
         model_tool._ASKED.clear()  # a second job: a process of its own asks the same expert
-        ModelToolSession(ToolSettings("expert"), expert, seed=2).call("3+4")
+        ModelToolSession(EXPERT_LIMITS, expert, seed=2).call("3+4")
         pids |= {asked.backend.server_pid for asked in model_tool._ASKED.values()}
     # share_model.enabled false in its section: a model tool is still loaded by its server, once
     assert caplog.text.count("started model server") == 1

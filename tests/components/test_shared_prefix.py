@@ -11,7 +11,7 @@ from conftest import hf_backend
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.hf import MIN_SHARED_PREFIX, decoding_step, shared_prefix_length
-from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
+from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=10)
 SAMPLED = SamplingParams(temperature=1.0, top_p=0.9, top_k=0, max_new_tokens=10)

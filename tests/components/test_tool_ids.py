@@ -15,11 +15,11 @@ import random
 import pytest
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams
+from snakeskills.settings.tools import FREE, TAG_PRESETS, Tags, Tools
 from snakeskills.tools.loop import LoopTool, ToolLoop, ToolUse
-from snakeskills.tools.price import FREE
-from snakeskills.tools.protocol import TAG_PRESETS, Tags
-from snakeskills.tools.registry import tools_settings
 from snakeskills.tools.session import Ran, ToolSession
+
+CALCULATOR = Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools")
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=40)
 BRACKETS = Tags("[", "]\n", "{", "}\n")
@@ -27,7 +27,7 @@ BRACKETS = Tags("[", "]\n", "{", "}\n")
 
 @pytest.fixture(scope="module")
 def char_tokenizer():
-    from snakeskills.training.tiny_model import build_char_tokenizer
+    from snakeskills.models.tiny_model import build_char_tokenizer
 
     return build_char_tokenizer()
 
@@ -43,7 +43,7 @@ class ScriptedSession(ToolSession):
     """A tool whose output is ``output(call)``: any text a test needs a tool to print."""
 
     def __init__(self, output):
-        super().__init__(tools_settings({"tool": "calculator", "sandbox": "none"}))
+        super().__init__(CALCULATOR)
         self.output = output
 
     def run(self, text: str) -> Ran:
@@ -51,7 +51,7 @@ class ScriptedSession(ToolSession):
 
 
 def tool_loop(backend, tags: Tags, output=lambda call: call, max_calls: int = 3) -> ToolLoop:
-    use = ToolUse(tools_settings({"tool": "calculator", "sandbox": "none"}), tags, max_calls=max_calls, workers=2)
+    use = ToolUse(CALCULATOR, tags, max_calls=max_calls, workers=2)
     loop = ToolLoop(backend, use)
     loop.tools = {"calculator": LoopTool("calculator", tags, FREE, lambda seed: ScriptedSession(output))}
     loop.tags = {"calculator": tags}
@@ -338,8 +338,8 @@ def test_a_shared_model_server_gives_the_tool_loop_what_a_direct_load_gives_near
     from conftest import hf_backend
 
     from snakeskills.backends.model_server import SharedModelBackend
+    from snakeskills.models.tiny_model import build_char_tokenizer
     from snakeskills.prompts import encode_messages
-    from snakeskills.training.tiny_model import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     tokens = ids_of(tokenizer, "?", "[", "7", "]", "\n", "a")

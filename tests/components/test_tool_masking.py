@@ -38,7 +38,7 @@ def output_span(text: str) -> list[int]:
 
 
 def test_every_token_of_a_span_is_masked_and_only_those():
-    from snakeskills.training.tiny_model import build_char_tokenizer
+    from snakeskills.models.tiny_model import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     text = transcript("3108")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import resolved_prompt, sft_training_rows
 
-from snakeskills.training.tiny_model import build_char_tokenizer
+from snakeskills.models.tiny_model import build_char_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +74,13 @@ def test_a_bootstrap_below_its_target_says_so_in_its_log_and_the_comparison(tmp_
     from snakeskills.data.synthetic import arithmetic_splits
     from snakeskills.io import read_json, write_json, write_jsonl
     from snakeskills.results.comparison import write_comparison
-    from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE, build_and_bootstrap
+    from snakeskills.training.tiny_bootstrap import BOOTSTRAP_METRICS_FILE, build_and_bootstrap
 
     splits = arithmetic_splits(
         operations=["+"], max_operand=99, split_sizes={"bootstrap": 64, "validation": 20}, seed=0
     )
     tiny = default_section("tiny_model")
-    with caplog.at_level("INFO", logger="snakeskills.training.tiny_model"):
+    with caplog.at_level("INFO", logger="snakeskills.training.tiny_bootstrap"):
         metrics = build_and_bootstrap(
             bootstrap_records=splits["bootstrap"],
             validation_records=splits["validation"],

@@ -10,8 +10,8 @@ from snakeskills.results.method_comparison import records_trained
 
 def test_a_real_trainers_epoch_gives_the_examples_it_drew_to_within_a_batch(tmp_path):
     """26 examples, num_epochs 0.3 in batches of 4: 3 steps of 4, 12 examples drawn, of 26 in the data."""
+    from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
     from snakeskills.training.sft import train_on_examples
-    from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_llama(tokenizer, hidden_size=16, num_layers=0, num_heads=2, seed=0, max_positions=32)

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, checked_config, planned_jobs, resolved_prompt, run_snakemake, write_config
+from conftest import (
+    DEFAULT_CONFIG,
+    checked_config,
+    planned_jobs,
+    resolved_prompt,
+    rule_judge,
+    run_snakemake,
+    write_config,
+)
 from dataset_fixtures import HUMANEVAL_TEST, MBPP_TRAIN
 
 from snakeskills.data.prepare import prepare_split
@@ -189,7 +197,7 @@ def code_record(generation: str, **fields) -> dict:
 
 
 def test_judged_code_records_carry_the_program_and_how_it_ran():
-    config = {"extraction": "code", **LIMITS}
+    config = rule_judge(LIMITS, extraction="code")
     records = [
         code_record("```python\ndef add(a, b):\n    return a + b\n```"),
         code_record("```python\ndef add(a, b):\n    return a - b\n```"),
@@ -510,7 +518,7 @@ def test_bad_cases_stop_preparing_naming_the_key(tmp_path, code, cases, message)
 
 
 def test_judged_stdin_records_and_their_sft_examples(tmp_path):
-    config = {"extraction": "code", **LIMITS}
+    config = rule_judge(LIMITS, extraction="code")
     row = {"id": "d", "problem": "Double n.", "test_cases": [{"input": "3\n", "output": "6\n"}]}
     records = [
         {**row, "generation": f"```python\n{DOUBLE}```"},

@@ -211,20 +211,21 @@ def test_the_tool_loop_runs_over_an_openai_server(tool_caller, tmp_path, api):
     """The tool-calling tiny model served by `transformers serve`: each later turn goes back to the server as the
     prompt plus the transcript so far, and every call the model writes is answered by the calculator."""
     from snakeskills.backends.types import GenerationRequest
+    from snakeskills.settings.tools import Tools
     from snakeskills.tools.loop import ToolLoop, tool_use
-    from snakeskills.tools.registry import new_session, tools_settings
+    from snakeskills.tools.registry import new_session
 
     server = TransformersServer(tool_caller).start()
     try:
         backend = openai_backend(base_url=server.base_url, model=str(tool_caller), api=api, max_concurrency=4)
-        loop = ToolLoop(backend, tool_use(TOOL_CALLER_TOOLS))
+        loop = ToolLoop(backend, tool_use(Tools.filled(TOOL_CALLER_TOOLS, "tools")))
         prompts = list(TOOL_CALLER_LEARNED) * 3
         requests = [GenerationRequest(seed=index, prompt=prompt) for index, prompt in enumerate(prompts)]
         sampling = SamplingParams(temperature=0.3, top_p=1.0, top_k=0, max_new_tokens=48)
         results = loop.generate(requests, sampling)
     finally:
         server.stop()
-    calculator = new_session(tools_settings({"tool": "calculator"}))
+    calculator = new_session(Tools.filled({"tool": "calculator"}, "tools"))
     calls = 0
     for result in results:
         text = result.generation

@@ -17,9 +17,9 @@ from conftest import hf_backend, openai_backend, resolved_prompt, sft_training_r
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
+from snakeskills.models.tiny_model import build_char_tokenizer
 from snakeskills.prompts import build_messages, model_input_ids, resolve_prompt
 from snakeskills.training.sft import IGNORE_INDEX, to_prompt_completion, tokenize_prompt_completion
-from snakeskills.training.tiny_model import build_char_tokenizer
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=24)
 SAMPLED = SamplingParams(temperature=0.7, top_p=1.0, top_k=0, max_new_tokens=24)

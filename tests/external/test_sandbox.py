@@ -25,8 +25,8 @@ import pytest
 from test_code_benchmarks import running_with_argument
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging import sandbox
 from snakeskills.judging.code_execution import call_cases
+from snakeskills.sandbox import containment as sandbox
 
 pytestmark = pytest.mark.usefixtures("bubblewrap")
 
@@ -420,7 +420,7 @@ def judged_in_the_sandbox_by(python: Path) -> subprocess.CompletedProcess:
     """A program that checks it runs in a venv, judged in the sandbox by a judge that ``python`` (a venv's) runs;
     it prints the verdict."""
     script = (
-        "from snakeskills.judging.sandbox import sandbox_problem\n"
+        "from snakeskills.sandbox.containment import sandbox_problem\n"
         "from snakeskills.judging.code_execution import ProgramCheck, run_check\n"
         "assert sandbox_problem('bwrap') is None, sandbox_problem('bwrap')\n"
         "check = ProgramCheck('import sys\\nassert sys.prefix.endswith(\"venv\"), sys.prefix\\n')\n"
@@ -467,7 +467,7 @@ def test_a_sandbox_that_cannot_start_says_what_failed_not_to_turn_it_off(monkeyp
 def test_removing_a_run_folder_never_touches_the_folder_above_it(tmp_path):
     """A run folder gone before its cleanup (or one that cannot be removed) must not make the shared temporary
     folder above it private: a cleanup that made its parent writable for itself once turned /tmp into mode 0700."""
-    from snakeskills.judging.program_runner import _remove
+    from snakeskills.sandbox.program_runner import _remove
 
     shared = tmp_path / "tmp"
     shared.mkdir()

@@ -10,9 +10,8 @@ import time
 import pytest
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, truncate_at_stop
+from snakeskills.settings.tools import TAG_PRESETS, Tools
 from snakeskills.tools.loop import ToolLoop, ToolUse
-from snakeskills.tools.protocol import TAG_PRESETS
-from snakeskills.tools.registry import ToolSettings
 
 pytestmark = pytest.mark.usefixtures("bubblewrap")
 
@@ -44,7 +43,8 @@ def code(source: str) -> str:
 
 
 def run(scripts, *names, timeout: float = 5) -> dict[str, GenerationResult]:
-    use = ToolUse(settings=ToolSettings("python", timeout_seconds=timeout), tags=TAGS, max_calls=4, workers=4)
+    settings = Tools.filled({"tool": "python", "timeout_seconds": timeout}, "tools")
+    use = ToolUse(settings=settings, tags=TAGS, max_calls=4, workers=4)
     requests = [GenerationRequest(seed=index, prompt=f"{name}:") for index, name in enumerate(names)]
     results = ToolLoop(ScriptedBackend(scripts), use).generate(requests, SAMPLING)
     return dict(zip(names, results, strict=True))

@@ -12,11 +12,18 @@ from pathlib import Path
 import pytest
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.tools.registry import ToolSettings, check_tool, new_session
+from snakeskills.settings.tools import Tools
+from snakeskills.tools.registry import check_tool, new_session
 
 pytestmark = pytest.mark.usefixtures("bubblewrap")
 
-PYTHON = ToolSettings("python", timeout_seconds=5)
+
+def tool_settings(tool: str, **settings) -> Tools:
+    """The ``tools`` section of ``tool`` with ``settings``, the schema's defaults (sandbox bwrap) filling the rest."""
+    return Tools.filled({"tool": tool, **settings}, "tools")
+
+
+PYTHON = tool_settings("python", timeout_seconds=5)
 
 
 def call(session, text: str):
@@ -61,7 +68,7 @@ def test_an_exception_shows_its_last_line():
 
 
 def test_a_call_past_its_time_limit_is_killed():
-    settings = ToolSettings("python", timeout_seconds=1)
+    settings = tool_settings("python", timeout_seconds=1)
     with new_session(settings) as session:
         result = session.call("x = 5\nimport time\ntime.sleep(30)")
         assert (result.output, result.timeout, result.error) == ("Timed out after 1 s", True, False)
@@ -104,7 +111,7 @@ def test_a_call_cannot_read_the_jobs_secrets(tmp_path, monkeypatch):
             "        print('refused', path, type(error).__name__)\n"
             "print('searched')"
         )
-        result = call(new_session(ToolSettings("python", max_output_characters=10**7)), text)
+        result = call(new_session(tool_settings("python", max_output_characters=10**7)), text)
     finally:
         home_file.unlink()
     assert not result.error and result.output.endswith("searched\n"), result.output
@@ -152,22 +159,22 @@ def test_a_user_tool_gets_its_text_verbatim(tmp_path, monkeypatch):
         tmp_path, monkeypatch, "def echo(text):\n    return text\n\ndef size(text):\n    return len(text)\n"
     )
     text = 'say "hi" and \'bye\'\n\\n is no newline; """triple""" {braces} %s é 漢字\r\n\tend\n'
-    settings = ToolSettings(f"{module}:echo", timeout_seconds=5)
+    settings = tool_settings(f"{module}:echo", timeout_seconds=5)
     check_tool(settings)
     result = call(new_session(settings), text)
     assert (result.output, result.error) == (text, False)
-    assert call(new_session(ToolSettings(f"{module}:size")), text).output == str(len(text))
+    assert call(new_session(tool_settings(f"{module}:size")), text).output == str(len(text))
 
 
 def test_a_user_tool_that_raises_shows_its_error(tmp_path, monkeypatch):
     module = user_tool(tmp_path, monkeypatch, "def run(text):\n    print('working')\n    raise ValueError(text[:5])\n")
-    result = call(new_session(ToolSettings(f"{module}:run")), "bad input")
+    result = call(new_session(tool_settings(f"{module}:run")), "bad input")
     assert (result.output, result.error) == ("working\nValueError: bad i\n", True)
 
 
 def test_a_user_tool_that_loops_forever_times_out(tmp_path, monkeypatch):
     module = user_tool(tmp_path, monkeypatch, "def run(text):\n    while True:\n        pass\n")
-    result = new_session(ToolSettings(f"{module}:run", timeout_seconds=1)).call("go")
+    result = new_session(tool_settings(f"{module}:run", timeout_seconds=1)).call("go")
     assert (result.output, result.timeout) == ("Timed out after 1 s", True)
 
 
@@ -177,4 +184,4 @@ def test_a_user_tool_that_cannot_run_in_the_sandbox_stops_the_plan(tmp_path, mon
         tmp_path, monkeypatch, "import helper_beside\n\ndef run(text):\n    return text\n", helper_beside=""
     )
     with pytest.raises(SnakeskillsError, match=r"config key tools.tool: .* not in the tool's sandbox .*helper_beside"):
-        check_tool(ToolSettings(f"{module}:run"))
+        check_tool(tool_settings(f"{module}:run"))

@@ -12,6 +12,7 @@ several requests in flight. vLLM on a CPU needs attention heads of 32 or more di
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -98,7 +99,8 @@ def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
     """`python -m snakeskills.cli generate` with settings naming another python runs that python on the same
     arguments, with this checkout on PYTHONPATH; here a python that only records how it was called."""
     from snakeskills.backends.vllm_env import REPO
-    from snakeskills.cli import GENERATION_SETTINGS_KEYS
+    from snakeskills.settings.generation import Generation
+    from snakeskills.settings.jobs import GenerationJob
 
     record = tmp_path / "called.json"
     other = tmp_path / "venv/bin/python"
@@ -108,9 +110,10 @@ def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
         f"json.dump({{'argv': sys.argv, 'path': os.environ['PYTHONPATH']}}, open({str(record)!r}, 'w'))\n"
     )
     other.chmod(0o755)
-    generation = {"backend": "vllm", "vllm": {"python": str(other)}}
+    generation = {"backend": "vllm", "vllm": {"python": str(other)}, "sampling": {"max_new_tokens": 8}}
     settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps({**dict.fromkeys(GENERATION_SETTINGS_KEYS), "generation": generation}))
+    keys = [field.name for field in dataclasses.fields(GenerationJob)]
+    settings.write_text(json.dumps({**dict.fromkeys(keys), "generation": Generation.filled(generation).to_dict()}))
     arguments = ["generate", "--settings", str(settings), "--threads", "1", "--gpus", "0"]
     arguments += ["--wildcards", "seed=0,chunk=0,num_chunks=1", "--output", "o.jsonl", "--log", "o.log"]
     process = subprocess.run([sys.executable, "-m", "snakeskills.cli", *arguments], cwd=tmp_path)

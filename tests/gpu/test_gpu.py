@@ -19,8 +19,9 @@ import torch
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_backend, local_backend_options
 from snakeskills.io import write_jsonl
+from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama, save_random_llama
 from snakeskills.plan.config import default_config, prepare_config
-from snakeskills.training.tiny_model import build_char_tokenizer, build_tiny_llama, save_random_llama
+from snakeskills.settings.generation import Generation
 
 VOCABULARY = 151_936
 SHAPE = {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8}
@@ -38,7 +39,8 @@ def hf(path, device: str, adapter=None, **generation):
     config = copy.deepcopy(default_config())
     config["generation"].update(backend="hf", device=device, **generation)
     prepare_config(config)
-    options = local_backend_options(config["generation"], model, str(path), str(adapter) if adapter else None, 4)
+    generation = Generation.from_dict(config["generation"], "generation")
+    options = local_backend_options(generation, model, str(path), str(adapter) if adapter else None, 4)
     return build_backend("hf", **options)
 
 
@@ -329,9 +331,8 @@ def test_tool_loop_ids_are_the_transcript(device, record, dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from snakeskills.backends.hf import HFBackend
+    from snakeskills.settings.tools import Tags, Tools
     from snakeskills.tools.loop import ToolLoop, ToolUse, ids_match_text
-    from snakeskills.tools.protocol import Tags
-    from snakeskills.tools.registry import tools_settings
 
     tokenizer = build_char_tokenizer()
     size = len(tokenizer)
@@ -358,7 +359,7 @@ def test_tool_loop_ids_are_the_transcript(device, record, dtype):
             model.lm_head.weight[following, token] = 0.8  # about 96 % of draws follow the chain
     model = model.to(device=device, dtype=getattr(torch, dtype)).eval()
     tags = Tags("[", "]\n", "{", "}\n")
-    use = ToolUse(tools_settings({"tool": "calculator", "sandbox": "none"}), tags, max_calls=3, workers=4)
+    use = ToolUse(Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools"), tags, max_calls=3, workers=4)
     loop = ToolLoop(HFBackend.around(model, tokenizer, batch_size=64), use)
     prompt = tuple(tokenizer.encode("q", add_special_tokens=True))
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=48, stop=("ok\n",))

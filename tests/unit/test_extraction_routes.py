@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import resolved_prompt
+from conftest import resolved_prompt, rule_judge
 
 from snakeskills.io import write_jsonl
 from snakeskills.judging.extraction_routes import ROUTES, credited_counts, format_routes, is_fallback, routes_summary
-from snakeskills.judging.judge import extract_answer, judge_records
+from snakeskills.judging.extractors import extract_answer
+from snakeskills.judging.judge import judge_records
 from snakeskills.results.run_warnings import WARNING, metrics_fallback_warnings, training_data_fallback_warnings
 from snakeskills.results.summarize import summarize_benchmark, write_benchmark_summary
 from snakeskills.training.kto_samples import select_kto_samples
@@ -74,7 +75,7 @@ def test_every_route_has_a_text_that_takes_it_and_the_judge_writes_no_other(own_
 
     taken = set()
     for judge, fields, route in ROUTE_EXAMPLES:
-        (judged,) = judge_records([{"id": "q", "expected_answer": "A", **fields}], judge, num_workers=1)
+        (judged,) = judge_records([{"id": "q", "expected_answer": "A", **fields}], rule_judge(judge), num_workers=1)
         assert judged["extraction_route"] == route, (fields["generation"], judged["extraction_route"])
         assert (judged["predicted_answer"] is None) == (route == "none")
         # the answer is the one extract_answer gives (option value is judge_records' own last step)
@@ -110,7 +111,7 @@ def test_code_answers_record_their_route():
         {"id": "a", "generation": text, "tests": "assert f() == 1"} for text, _ in CODE_EXAMPLES[:2] + CODE_EXAMPLES[3:]
     ]
     judge = {"extraction": "code", "timeout_seconds": 10, "memory_limit_mb": 1024, "sandbox": "none"}
-    judged = judge_programs(records, judge, num_workers=1)
+    judged = judge_programs(records, rule_judge(judge), num_workers=1)
     assert [row["extraction_route"] for row in judged] == ["python block", "code block", "none"]
     assert [row["symbolic_correct"] for row in judged] == [True, True, False]
 
@@ -156,7 +157,7 @@ def judged_seed_files(tmp_path, judge) -> list:
     paths = []
     for seed, texts in enumerate(SEED_TEXTS):
         paths.append(tmp_path / f"output-rs{seed}.jsonl")
-        write_jsonl(paths[-1], judge_records(comparison_rows(texts, seed), judge, num_workers=1))
+        write_jsonl(paths[-1], judge_records(comparison_rows(texts, seed), rule_judge(judge), num_workers=1))
     return paths
 
 

@@ -30,6 +30,7 @@ from snakeskills.plan.config import prepare_config
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_gpus
 from snakeskills.plan.run import Plan
+from snakeskills.settings.generation import Generation
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
 
@@ -137,14 +138,16 @@ def test_a_teacher_behind_an_api_claims_nothing_beside_a_shared_student():
 )
 def test_the_llm_judge_follows_the_same_accounting(section, expected):
     config = checked(gpus_available=True)
+    config["judge"]["llm"] = {"generation": generation_section(**section)}
     plan = Plan(config, Layout.under("r"))
-    plan.config["judge"]["llm"] = {"generation": generation_section(**section)}
     assert plan.llm_judge_gpus(True, local_run=True) == expected[1]
     assert plan.llm_judge_gpus(True, local_run=False) == expected[2]
 
 
 def test_vllms_cpu_build_claims_no_gpu_anywhere():
-    section = generation_section(backend="vllm", vllm={"python": "vllm-cpu", "tensor_parallel_size": 2})
+    section = Generation.from_dict(
+        generation_section(backend="vllm", vllm={"python": "vllm-cpu", "tensor_parallel_size": 2}), "generation"
+    )
     for local_run in (True, False):
         assert declared_job_gpus(section, True, local_run=local_run) == 0
 

@@ -195,7 +195,7 @@ def test_trl_forward_reason_names_each_case_the_shared_prompt_does_not_cover():
     checkpointed = Model()
     checkpointed.is_gradient_checkpointing = True
     assert "gradient checkpointing is on (grpo.training.gradient_checkpointing)" in reason(model=checkpointed)
-    assert reason(processes=2).startswith("2 training processes (sft.processes)")
+    assert reason(processes=2).startswith("2 training processes (training.processes)")
     assert reason(ids=distinct) == "no two rows of the batch share a prompt"
 
 

@@ -18,6 +18,7 @@ from snakeskills.plan.job_resources import (
     training_job_resources,
     with_overrides,
 )
+from snakeskills.settings.generation import Generation
 
 # config.json sizes of two real checkpoints, with their true parameter counts
 SMOLLM2_135M = {
@@ -60,15 +61,15 @@ def test_a_folder_without_sizes_counts_its_weight_files(tmp_path):
 
 def test_the_demo_asks_a_few_gigabytes_and_a_real_model_more(tmp_path):
     config = default_config()
-    generation = config["generation"]
+    generation = Generation.from_dict(config["generation"], "generation")
     demo = sampling_job_resources(config["model"], generation, config)
     assert demo == {"mem_mb": 4000, "runtime": 21}
     assert training_job_resources(config) == {"mem_mb": 5000, "runtime": 31}
     real = {"path": checkpoint(tmp_path / "qwen", QWEN25_15B), "dtype": "auto", "trust_remote_code": False}
-    hf = sampling_job_resources(real, {**generation, "backend": "hf"}, config)
+    hf = sampling_job_resources(real, generation.replace(backend="hf"), config)
     assert hf == {"mem_mb": 11000, "runtime": 82}, "3 GB + 2.5 x 3.1 GB of bf16 weights"
-    assert sampling_job_resources(real, {**generation, "backend": "vllm"}, config)["mem_mb"] == 16000
-    assert sampling_job_resources(real, {**generation, "backend": "openai"}, config) == {"mem_mb": 2000, "runtime": 30}
+    assert sampling_job_resources(real, generation.replace(backend="vllm"), config)["mem_mb"] == 16000
+    assert sampling_job_resources(real, generation.replace(backend="openai"), config) == {"mem_mb": 2000, "runtime": 30}
     lora = {**config, "model": {**real, "build_tiny": False}}
     assert training_job_resources(lora)["mem_mb"] == 13000
     full = copy.deepcopy(lora)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import rule_judge
 
 from snakeskills.errors import SnakeskillsError
-from snakeskills.judging.judge import exact_match, extract_answer, extract_boxed, judge_records, quick_verdict
+from snakeskills.judging.extractors import extract_answer, extract_boxed
+from snakeskills.judging.judge import exact_match, judge_records, quick_verdict
 
 # ---------------------------------------------------------------- extract_boxed
 
@@ -152,7 +154,7 @@ def judge_answers(pairs, **overrides):
         {"id": f"r{index}", "expected_answer": expected, "generation": generation}
         for index, (expected, generation) in enumerate(pairs)
     ]
-    return judge_records(records, {**JUDGE, **overrides}, num_workers=2)
+    return judge_records(records, rule_judge(JUDGE, **overrides), num_workers=2)
 
 
 # (expected, predicted inside \boxed{}, verdict): NeMo-Skills' order of checks, math-verify gold first
@@ -226,7 +228,7 @@ def test_exact_equivalence_needs_no_workers():
 
 def test_judge_records_keeps_records_and_uses_regex_fallback():
     record = {"id": "t-1", "problem": "37+48", "expected_answer": "85", "generation": "Final answer: 85"}
-    judged = judge_records([record], {**JUDGE, "regex": r"Final answer: (\S+)"}, num_workers=1)
+    judged = judge_records([record], rule_judge(JUDGE, regex=r"Final answer: (\S+)"), num_workers=1)
     assert judged == [
         {**record, "predicted_answer": "85", "symbolic_correct": True, "extraction_route": "regex fallback"}
     ]

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import generation_section, resolved_prompt
+from conftest import generation_section, model_tool_settings, resolved_prompt
 from servers import JsonHandler
 
 from snakeskills.backends.types import (
@@ -24,12 +24,11 @@ from snakeskills.backends.types import (
     truncate_at_stop,
 )
 from snakeskills.errors import SnakeskillsError
+from snakeskills.settings.tools import Price, Tags, Tools
 from snakeskills.tools import model_tool
 from snakeskills.tools.loop import ToolLoop, ToolUse
 from snakeskills.tools.model_tool import ModelToolSession, ModelToolSettings, asked_model, call_seed
-from snakeskills.tools.price import Price
-from snakeskills.tools.protocol import Tags
-from snakeskills.tools.session import ToolSettings, timed_out
+from snakeskills.tools.session import timed_out
 
 ASK = Tags("<ask>", "</ask>", "<ans>", "</ans>")
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=100)
@@ -38,8 +37,13 @@ BOUND = 30  # seconds: far above any wait here, which are 0.5 s timeouts and ans
 
 
 def expert_settings(generation: dict | None = None) -> ModelToolSettings:
-    generation = generation or {"backend": "openai", "sampling": {}, "share_model": {"threads": 1}}
-    return ModelToolSettings("expert", {"path": None}, None, PROMPT, generation)
+    generation = generation or {"backend": "openai", "sampling": {"max_new_tokens": 100}, "share_model": {"threads": 1}}
+    return model_tool_settings("expert", PROMPT, generation, tags=ASK)
+
+
+def limits(tool: str | None, **settings) -> Tools:
+    """The ``tools`` section's limits for ``tool`` (the schema's defaults filling the rest)."""
+    return Tools.filled({"tool": tool, **settings}, "tools")
 
 
 class Expert:
@@ -109,7 +113,7 @@ def wait_until(condition) -> None:
 
 
 def session(seed: int = 0, timeout: float = 60.0) -> ModelToolSession:
-    return ModelToolSession(ToolSettings("expert", timeout_seconds=timeout), expert_settings(), seed)
+    return ModelToolSession(limits("expert", timeout_seconds=timeout), expert_settings(), seed)
 
 
 # ------------------------------------------------------------------------------------------------ timeouts
@@ -148,11 +152,11 @@ def test_a_timed_out_call_is_counted_and_the_sample_goes_on(behind):
             return results
 
     use = ToolUse(
-        settings=ToolSettings(None, timeout_seconds=0.5),
+        settings=limits(None, timeout_seconds=0.5),
         tags=None,
         max_calls=2,
         workers=2,
-        models=((expert_settings(), ASK, Price(per_call=1.0)),),
+        models=((expert_settings(), ASK, Price.filled({"per_call": 1.0})),),
     )
     thread, outcome = in_thread(ToolLoop(Student(), use).generate, [GenerationRequest(seed=0, prompt="q=")], SAMPLING)
     assert joined(thread), "the tool loop hung on a hung expert"
@@ -229,7 +233,7 @@ def refusing_expert():
 
 
 def test_a_refused_call_is_a_failed_call_that_says_why_and_read_no_tokens(refusing_expert):
-    result = ModelToolSession(ToolSettings("expert"), refusing_expert, seed=0).call("1+1")
+    result = ModelToolSession(limits("expert"), refusing_expert, seed=0).call("1+1")
     assert (result.error, result.timeout, result.refused) == (True, False, True)
     assert (result.input_tokens, result.output_tokens) == (0, 0)
     assert result.output == (
@@ -248,9 +252,7 @@ def test_a_refused_call_of_a_tool_priced_per_input_token_is_counted_and_the_job_
             return [GenerationResult(text, len(text), "stop") for text in texts]
 
     price = Price(per_call=1.0, per_input_token=0.5, per_output_token=0.5)
-    use = ToolUse(
-        settings=ToolSettings(None), tags=None, max_calls=2, workers=1, models=((refusing_expert, ASK, price),)
-    )
+    use = ToolUse(settings=limits(None), tags=None, max_calls=2, workers=1, models=((refusing_expert, ASK, price),))
     [result] = ToolLoop(Student(), use).generate([GenerationRequest(seed=0, prompt="q=")], SAMPLING)
     assert result.tools["tool_errors"] == 1 and result.tools["code_rounds_executed"] == 1
     assert "The model refused the call: This model's maximum context length" in result.generation

@@ -1,8 +1,9 @@
-"""Models as priced tools in the tool loop (``snakeskills.tools.model_tool``, ``tools.price``, ``tools.loop``): a
-scripted student (its turns fixed by the transcript so far) calls the real calculator and an expert model, and every
-call's price is counted. The expert here is a scripted backend put behind the tool's ``AskedModel`` (the seam the
-job's backend takes); the expert as a real model behind the real shared model server is tested in
-tests/components/test_model_tool_server.py, and the whole loop in tests/workflow/test_orchestrator_workflow.py."""
+"""Models as priced tools in the tool loop (``snakeskills.tools.model_tool``, ``settings.tools.Price``,
+``tools.loop``): a scripted student (its turns fixed by the transcript so far) calls the real calculator and an
+expert model, and every call's price is counted. The expert here is a scripted backend put behind the tool's
+``AskedModel`` (the seam the job's backend takes); the expert as a real model behind the real shared model server is
+tested in tests/components/test_model_tool_server.py, and the whole loop in
+tests/workflow/test_orchestrator_workflow.py."""
 
 from __future__ import annotations
 
@@ -10,22 +11,21 @@ import threading
 import time
 
 import pytest
-from conftest import default_section
+from conftest import default_section, model_tool_settings
 
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, truncate_at_stop
 from snakeskills.errors import SnakeskillsError
 from snakeskills.prompts import resolve_prompt
+from snakeskills.settings.tools import Price, Tags, Tools
 from snakeskills.tools.loop import ToolLoop, ToolUse, turn_seed
 from snakeskills.tools.model_tool import ModelToolSettings, asked_model, call_seed
-from snakeskills.tools.price import Price, price_from_config
-from snakeskills.tools.protocol import Tags, ToolCall, tools_output_spans, turn_call
-from snakeskills.tools.registry import tools_settings
+from snakeskills.tools.protocol import ToolCall, tools_output_spans, turn_call
 from snakeskills.training.grpo import REWARD_TERMS, JudgeRewards, reward_weight, reward_weights
 
 CALC = Tags("<calc>", "</calc>", "<out>", "</out>")
 ASK = Tags("<ask>", "</ask>", "<ans>", "</ans>")
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=200)
-CALC_PRICE = Price(per_call=0.01)
+CALC_PRICE = Price.filled({"per_call": 0.01})
 EXPERT_PRICE = Price(per_call=1.0, per_input_token=0.001, per_output_token=0.01)
 
 
@@ -87,8 +87,8 @@ EXPERT_PROMPT = resolve_prompt(
 
 
 def expert_settings(name: str = "expert") -> ModelToolSettings:
-    generation = {"backend": "openai", "sampling": {}, "share_model": {"threads": 1}}
-    return ModelToolSettings(name, {"path": None}, None, EXPERT_PROMPT, generation)
+    generation = {"backend": "openai", "sampling": {"max_new_tokens": 200}, "share_model": {"threads": 1}}
+    return model_tool_settings(name, EXPERT_PROMPT, generation, tags=ASK)
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def expert():
 
 
 def orchestrator(student, *, first_call=None, calc_price=CALC_PRICE, expert_price=EXPERT_PRICE, workers=4):
-    settings = tools_settings({"tool": "calculator", "sandbox": "none"})
+    settings = Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools")
     use = ToolUse(
         settings=settings,
         tags=CALC,
@@ -201,7 +201,7 @@ def test_always_ask_calls_the_expert_with_the_problem_before_the_students_first_
 
 def test_free_tools_give_no_cost_field_and_a_price_per_input_token_needs_the_count(expert):
     free = ToolUse(
-        settings=tools_settings({"tool": "calculator", "sandbox": "none"}), tags=CALC, max_calls=2, workers=1
+        settings=Tools.filled({"tool": "calculator", "sandbox": "none"}, "tools"), tags=CALC, max_calls=2, workers=1
     )
     [result] = ToolLoop(ScriptedStudent({"q": ["<calc>1+1</calc>", "\\boxed{2}"]}), free).generate(
         [request("q")], SAMPLING
@@ -212,18 +212,18 @@ def test_free_tools_give_no_cost_field_and_a_price_per_input_token_needs_the_cou
         orchestrator(ScriptedStudent({"q": ["<ask>1+1</ask>", "x"]})).generate([request("q")], SAMPLING)
     # priced per call and per answer token only, the count is not needed
     [result] = orchestrator(
-        ScriptedStudent({"q": ["<ask>1+1</ask>", "x"]}), expert_price=Price(per_call=2.0, per_output_token=0.5)
+        ScriptedStudent({"q": ["<ask>1+1</ask>", "x"]}), expert_price=Price(2.0, 0.0, 0.5)
     ).generate([request("q")], SAMPLING)
     assert result.tools["cost"] == pytest.approx(2.0 + 0.5 * len(f"\\boxed{{2}}#{call_seed(1, 'expert', 0) % 89}"))
 
 
 def test_a_price_section_names_its_key():
-    assert price_from_config(None, "tools.price").free
-    assert price_from_config({"per_call": 1}, "k") == Price(per_call=1.0)
+    assert Tools.filled({"tool": "calculator"}, "tools").program_price.free
+    assert Price.filled({"per_call": 1}, "k") == Price(1.0, 0.0, 0.0)
     with pytest.raises(SnakeskillsError, match="tools.models.expert.price.per_output_token"):
-        price_from_config({"per_output_token": -1}, "tools.models.expert.price")
+        Price.filled({"per_output_token": -1}, "tools.models.expert.price")
     with pytest.raises(SnakeskillsError, match="tools.price.per_token"):
-        price_from_config({"per_token": 1}, "tools.price")
+        Price.from_dict({"per_token": 1}, "tools.price")
 
 
 def test_grpo_rewards_price_the_calls_and_weigh_each_tool_by_preference():

@@ -14,18 +14,15 @@ import json
 import threading
 
 import pytest
-from conftest import generation_section, openai_backend, resolved_prompt
+from conftest import generation_section, model_tool_settings, openai_backend, resolved_prompt
 from servers import JsonHandler
 
 from snakeskills.backends.types import GenerationRequest, SamplingParams
 from snakeskills.errors import SnakeskillsError
+from snakeskills.settings.tools import Price, Tags, Tools
 from snakeskills.tools import model_tool
 from snakeskills.tools.loop import ToolLoop, ToolUse
-from snakeskills.tools.model_tool import ModelToolSession, ModelToolSettings
-from snakeskills.tools.price import Price
-from snakeskills.tools.protocol import Tags
-from snakeskills.tools.registry import tools_settings
-from snakeskills.tools.session import ToolSettings
+from snakeskills.tools.model_tool import ModelToolSession
 
 ANSWER = "<calc>1+1</calc>"
 CALC = Tags("<calc>", "</calc>", "<out>", "</out>")
@@ -74,7 +71,7 @@ def stub():
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory):
     """The character tokenizer (one token per character, BOS added to plain text) saved as a tokenizer folder."""
-    from snakeskills.training.tiny_model import build_char_tokenizer
+    from snakeskills.models.tiny_model import build_char_tokenizer
 
     folder = tmp_path_factory.mktemp("char-tokenizer")
     build_char_tokenizer().save_pretrained(folder)
@@ -135,7 +132,7 @@ def test_the_tool_loop_spends_its_token_budget_on_a_server_without_usage(stub, t
     the earlier ones left (20, 11, 2), and the row ends at its budget, not at max_calls with every turn given 20."""
     handler, base_url = stub
     backend = openai_backend(base_url=base_url, model="stub", api="completions", tokenizer_path=str(tokenizer_folder))
-    use = ToolUse(settings=tools_settings({"tool": "calculator"}), tags=CALC, max_calls=3, workers=1)
+    use = ToolUse(settings=Tools.filled({"tool": "calculator"}, "tools"), tags=CALC, max_calls=3, workers=1)
     [result] = ToolLoop(backend, use).generate([GenerationRequest(seed=0, prompt="q:")], sampling(20))
     assert [body["max_tokens"] for body in handler.bodies] == [20, 11, 2]
     assert result.num_generated_tokens == 20 and result.finish_reason == "length"
@@ -147,9 +144,10 @@ def test_a_model_tool_behind_a_server_without_usage_is_priced_by_its_tokens(stub
     openai = {"base_url": base_url, "model": "stub", "api": "completions", "tokenizer_path": str(tokenizer_folder)}
     generation = generation_section(backend="openai", openai=openai, sampling={"max_new_tokens": 30})
     prompt = resolved_prompt(user="{problem}=", chat_template=False)
-    settings = ModelToolSettings("expert", {"path": None}, None, prompt, generation)
+    settings = model_tool_settings("expert", prompt, generation)
+    limits = Tools.filled({"tool": "expert", "timeout_seconds": 60}, "tools")
     try:
-        result = ModelToolSession(ToolSettings("expert", timeout_seconds=60), settings, seed=0).call("2+3")
+        result = ModelToolSession(limits, settings, seed=0).call("2+3")
     finally:
         for asked in model_tool._ASKED.values():
             asked.close()
@@ -157,5 +155,5 @@ def test_a_model_tool_behind_a_server_without_usage_is_priced_by_its_tokens(stub
     assert handler.bodies[0]["prompt"] == "2+3="
     assert (result.output, result.error) == (ANSWER, False)
     assert (result.input_tokens, result.output_tokens) == (len("2+3=") + 1, len(ANSWER))
-    price = Price(per_output_token=0.5, per_input_token=0.25)
+    price = Price.filled({"per_output_token": 0.5, "per_input_token": 0.25})
     assert price.cost(result.input_tokens, result.output_tokens) == pytest.approx(0.25 * 5 + 0.5 * len(ANSWER))

@@ -13,9 +13,22 @@ PACKAGE = Path(__file__).resolve().parents[2] / "snakeskills"
 
 # the stage folders from the bottom up: a folder may import from folders below it, never from one above it (the
 # top-level helpers, errors, io, job, ..., sit under all of them; plan/ is the planner above every stage)
-LAYERS = ("models", "backends", "generation", "judging", "tools", "data", "training", "synthesis", "results", "plan")
+LAYERS = (
+    "settings",
+    "models",
+    "sandbox",
+    "backends",
+    "generation",
+    "judging",
+    "tools",
+    "data",
+    "training",
+    "synthesis",
+    "results",
+    "plan",
+)
 # top-level modules that are entry points over the stages (they may import any stage; no stage imports them)
-ENTRY_POINTS = {"cli", "arithmetic_expert"}
+ENTRY_POINTS = {"cli"}
 
 
 def module_name(path: Path) -> str:

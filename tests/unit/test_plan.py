@@ -22,7 +22,6 @@ from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_gpus, training_processes
 from snakeskills.plan.run import Plan
-from snakeskills.plan.sections import model_tools
 
 DEFAULT = yaml.safe_load(DEFAULT_CONFIG.read_text())
 
@@ -89,11 +88,11 @@ def with_teacher(**settings):
             "config key generation.backend is 'openai', which samples whatever model its server serves",
         ),
         (
-            lambda config: config["sft"].update(gpus=2, processes=1),
-            "config key sft.processes is 1 but the sft job has 2 GPU(s) (sft.gpus)",
+            lambda config: config.update(training={"gpus": 2, "processes": 1}),
+            "config key training.processes is 1 but each training job has 2 GPU(s) (training.gpus)",
         ),
         (
-            lambda config: (config["generation"].update(device="cpu"), config["sft"].update(processes=3)),
+            lambda config: (config["generation"].update(device="cpu"), config.update(training={"processes": 3})),
             "config key sft.training.batch_size (32) must be a multiple of the 3 training processes",
         ),
         (
@@ -105,8 +104,9 @@ def with_teacher(**settings):
             "config key tiny_model.training.batch_size",
         ),
         (
-            lambda config: config["sft"].update(distributed="fsdp"),
-            "config key sft.distributed is 'fsdp', which shards the model across GPUs, but the sft job has 0 GPU(s)",
+            lambda config: config.update(training={"distributed": "fsdp"}),
+            "config key training.distributed is 'fsdp', which shards the model across GPUs, but each training job has "
+            "0 GPU(s)",
         ),
         (lambda config: config["generation"].update(device="gpu0"), "config key generation.device is 'gpu0'"),
         (lambda config: config["model"].update(build_tiny=False), "config key model.path is required"),
@@ -192,9 +192,9 @@ def test_mistakes_that_cost_nothing_to_find_stop_the_plan(mutate, message):
             ),
             "config key judge.llm.generation.device is 'cuda'",
         ),
-        (lambda config: config["sft"].update(gpus=2), "config key sft.gpus is 2"),
+        (lambda config: config.update(training={"gpus": 2}), "config key training.gpus is 2"),
     ],
-    ids=["cuda", "cuda-index", "llm-judge-cuda", "sft-gpus"],
+    ids=["cuda", "cuda-index", "llm-judge-cuda", "training-gpus"],
 )
 def test_a_gpu_device_stops_a_local_plan_on_a_machine_without_gpus(mutate, message):
     """What a local run on a machine without GPUs cannot do is a plan-time error (rules/common.smk calls
@@ -211,7 +211,7 @@ def test_devices_a_machine_without_gpus_runs():
     for device in ("auto", "cpu"):
         config = copy.deepcopy(DEFAULT)
         config["generation"]["device"] = device
-        config["sft"]["gpus"] = 0
+        config["training"] = {"gpus": 0}
         prepare_config(config)
         check_devices(config)
 
@@ -472,11 +472,11 @@ def test_training_gpus_and_processes():
     assert [training_processes(auto, available) for available in (False, True)] == [1, 1]
     cpu = checked(lambda config: config["generation"].update(device="cpu"))
     assert training_gpus(cpu, True) == 0
-    four = checked(lambda config: config["sft"].update(gpus=4), gpus_available=True)
+    four = checked(lambda config: config.update(training={"gpus": 4}), gpus_available=True)
     assert training_gpus(four, True) == 4 and training_processes(four, True) == 4, "one process per GPU"
-    two_cpu = checked(lambda config: config["sft"].update(processes=2))
+    two_cpu = checked(lambda config: config.update(training={"processes": 2}))
     assert training_processes(two_cpu, False) == 2, "CPU processes"
-    two = plan_of(lambda config: config["sft"].update(processes=2))
+    two = plan_of(lambda config: config.update(training={"processes": 2}))
     assert two.trainings["sft"].training_config(False)["processes"] == 2
 
 
@@ -487,7 +487,8 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tin
         config = yaml.safe_load(example.read_text())
         prepare_config(config)
         sections = [(config["model"], config["prompt"])]
-        for served in (config["teacher"], config["judge"]["llm"], *model_tools(config).values()):
+        tools = (config["tools"] or {}).get("models") or {}
+        for served in (config["teacher"], config["judge"]["llm"], *tools.values()):
             if served is not None:
                 sections.append((served["model"], served["prompt"]))
         for section, prompt in sections:
@@ -603,7 +604,9 @@ def test_synthesis_splits_jobs_and_seeds():
     assert plan.seeds("base", "train") == [0, 1, 2, 3]
     writing = plan.generation_job("base", "arithmetic", "synth-round1-sources")
     assert writing["prompt"]["template"] == "augment-math-problem"
-    assert writing["generation"] == plan.config["generation"], "no synthesis.sampling: the student's own sampling"
+    assert writing["generation"].to_dict() == plan.config["generation"], (
+        "no synthesis.sampling: the student's own sampling"
+    )
     solving = plan.generation_job("base", "arithmetic", "synth-round1-problems")
     assert solving["prompt"] == plan.config["prompt"]
     assert plan.synthesis.writer_files(1, "arithmetic") == [
@@ -645,13 +648,14 @@ def test_the_llm_contamination_check_sits_between_the_ngram_check_and_the_solver
     ]
     prompt = plan.config["synthesis"]["decontamination"]["llm_prompt"]
     assert prompt["template"] == "same-problem" and not prompt["chat_template"]
-    assert plan.synthesis.contamination_checker()["generation"]["openai"]["model"] == "j"
+    assert plan.synthesis.contamination_checker().generation.openai.model == "j"
     assert (
         plan.synthesis.contamination_check_env() == "../envs/generate-openai.yaml"
         and plan.synthesis.contamination_check_gpus(True) == 0
     )
     plan = plan_of(with_synthesis(teacher=True, **student, decontamination={"llm_check": "teacher"}))
-    assert plan.synthesis.contamination_checker() == {k: plan.config["teacher"][k] for k in ("model", "generation")}
+    checker = plan.synthesis.contamination_checker().to_dict()
+    assert checker == {k: plan.config["teacher"][k] for k in ("model", "generation")}
 
 
 def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
@@ -664,8 +668,8 @@ def test_teacher_writes_with_synthesis_sampling_and_the_teacher_labels():
         )
     )
     writing = plan.generation_job("teacher", "arithmetic", "synth-round1-sources")
-    assert writing["generation"]["backend"] == "openai" and writing["generation"]["sampling"]["max_new_tokens"] == 80
-    assert plan.generation_job("teacher", "arithmetic", "train")["generation"]["sampling"]["max_new_tokens"] != 80
+    assert writing["generation"].backend == "openai" and writing["generation"].sampling.max_new_tokens == 80
+    assert plan.generation_job("teacher", "arithmetic", "train")["generation"].sampling.max_new_tokens != 80
     assert plan.generation_job("teacher", "arithmetic", "synth-round1-problems")["prompt"]["user"] == "{problem}="
     assert plan.synthesis.solver(1) == "teacher" and plan.generation_gpus("teacher", "synth-round1-sources", True) == 0
 
@@ -775,25 +779,19 @@ def test_unset_api_key_variable_stops_the_plan_naming_the_full_key(monkeypatch):
 
 def test_cpu_processes_without_gpus_key_say_what_to_set():
     with pytest.raises(SnakeskillsError) as error:
-        checked(lambda config: config["sft"].update(processes=2), gpus_available=True)
+        checked(lambda config: config.update(training={"processes": 2}), gpus_available=True)
     message = str(error.value)
-    assert "sft.gpus is null" in message and "set generation.device: cpu" in message, message
+    assert "training.gpus is null" in message and "set generation.device: cpu" in message, message
 
 
-def test_every_methods_rounds_say_their_method_and_old_sft_names_get_a_note(tmp_path):
-    """SFT's rounds are sft-round<r> beside dpo-round<r>, kto-round<r>, grpo-round<r>; a results folder from before
-    (models/round1) gets a note at plan time saying it is not read, and 'round' stays reserved for model names."""
+def test_every_methods_rounds_say_their_method(tmp_path):
+    """SFT's rounds are sft-round<r> beside dpo-round<r>, kto-round<r>, grpo-round<r>, and 'round' stays reserved for
+    model names."""
     config = yaml.safe_load((REPO / "config/examples/tiny-arithmetic-sft-dpo-kto-grpo.yaml").read_text())
     config["rounds"] = 2
     prepare_config(config)
     plan = Plan(config, Layout.under(tmp_path / "results"))
     assert plan.tuned_models == [f"{method}-round{r}" for method in config["methods"] for r in (1, 2)]
-    assert plan.legacy_sft_rounds_note() is None
-    (tmp_path / "results/models/round1/adapter").mkdir(parents=True)
-    (tmp_path / "results/models/round2").mkdir()
-    (tmp_path / "results/models/roundabout").mkdir()
-    note = plan.legacy_sft_rounds_note()
-    assert "(round1 -> sft-round1, round2 -> sft-round2)" in note and "not read" in note
     with pytest.raises(SnakeskillsError, match="must not start with .* or 'round'"):
         checked(lambda config: config["model"].update(name="round1"))
 

@@ -391,7 +391,7 @@ def test_a_sandbox_that_cannot_start_stops_the_plan(tmp_path, monkeypatch):
     """benchmarks.md: "When a config has a code benchmark, the plan checks that a sandbox starts before any job
     runs", naming judge.sandbox; without a code benchmark it is not asked. The probe's answer is kept per process
     (an earlier test may have asked on this worker): cleared before and after."""
-    from snakeskills.judging.sandbox import sandbox_problem
+    from snakeskills.sandbox.containment import sandbox_problem
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
     sandbox_problem.cache_clear()
@@ -587,9 +587,9 @@ def test_a_gpu_device_stops_a_local_plan(key):
     with pytest.raises(SnakeskillsError, match=message):
         check_devices(config)
     config = copy.deepcopy(DEFAULT)
-    config["sft"]["gpus"] = 1
+    config["training"] = {"gpus": 1}
     prepare_config(config)
-    with pytest.raises(SnakeskillsError, match="config key sft.gpus is 1, but this machine has no GPU"):
+    with pytest.raises(SnakeskillsError, match="config key training.gpus is 1, but this machine has no GPU"):
         check_devices(config)
 
 
@@ -599,7 +599,7 @@ def test_a_gpu_device_stops_a_local_plan(key):
 @pytest.mark.parametrize("key", TRAINING_KEYS)
 def test_a_batch_that_does_not_divide_stops_the_plan(key):
     """backends.md: each of N processes takes batch_size / (N x gradient_accumulation_steps) per forward pass "(the
-    plan stops if it does not divide)", for every training section; the processes are sft.processes, which the
+    plan stops if it does not divide)", for every training section; the processes are training.processes, which the
     message names for every method."""
     config = set_key(using(key), f"{key}.gradient_accumulation_steps", 3)
     stops(config, f"config key {key}.batch_size (32) must be a multiple of 3 {key}.gradient_accumulation_steps")
@@ -608,8 +608,11 @@ def test_a_batch_that_does_not_divide_stops_the_plan(key):
         config = using(key)
         config["methods"] = [method]
         config["generation"]["device"] = "cpu"
-        config["sft"]["processes"] = 3
-        stops(config, f"config key {key}.batch_size (32) must be a multiple of the 3 training processes (sft.processes")
+        config["training"] = {"processes": 3}
+        stops(
+            config,
+            f"config key {key}.batch_size (32) must be a multiple of the 3 training processes (training.processes",
+        )
 
 
 @pytest.mark.parametrize("key", LORA_KEYS)

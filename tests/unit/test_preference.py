@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import rule_judge
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, read_json, write_jsonl
@@ -188,7 +189,7 @@ def test_reward_is_the_judges_verdict_on_math():
     rewards = rewards_of({**judge, "extraction": "boxed"}, rows, completions)
     verdicts = judge_records(
         [{**row, "generation": text} for row, text in zip(rows, completions, strict=True)],
-        {**judge, "extraction": "boxed"},
+        rule_judge(judge, extraction="boxed"),
         num_workers=1,
     )
     assert rewards["correct"] == [float(v["symbolic_correct"]) for v in verdicts] == [1.0, 1.0, 0.0, 0.0]
@@ -203,7 +204,9 @@ def test_reward_is_the_judges_verdict_on_real_multiple_choice_answers():
     completions = [row.pop("generation") for row in rows]
     rewards = rewards_of(judge, rows, completions)
     verdicts = judge_records(
-        [{**row, "generation": text} for row, text in zip(rows, completions, strict=True)], judge, num_workers=1
+        [{**row, "generation": text} for row, text in zip(rows, completions, strict=True)],
+        rule_judge(judge),
+        num_workers=1,
     )
     assert rewards["correct"] == [float(v["symbolic_correct"]) for v in verdicts]
     assert 0 < sum(rewards["correct"]) < len(rows)

@@ -68,7 +68,7 @@ def test_user_file_and_config_overrides(tmp_path):
 
 
 def test_chat_template_of_a_real_tokenizer_is_applied():
-    from snakeskills.training.tiny_model import build_char_tokenizer
+    from snakeskills.models.tiny_model import build_char_tokenizer
 
     prompt = resolve_prompt(prompt_config(system="Add.", user="{problem}=", chat_template=True))
     assert format_prompt(prompt, {"problem": "2+3"}, build_char_tokenizer()) == "<s>S: Add.\nU: 2+3=\nA: "
@@ -112,12 +112,15 @@ def test_a_user_template_is_required():
 
 
 def test_few_shot_template_ships_the_stop_strings_it_needs():
-    from snakeskills.backends import sampling_from_config
+    from snakeskills.backends import sampling_params
+    from snakeskills.settings.generation import Sampling
 
     prompt = resolve_prompt(prompt_config(template="generic-math-fewshot"))
     assert prompt["stop"] == ["\nProblem:"]
-    sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "stop": ["###", "\nProblem:"]}
-    assert sampling_from_config(sampling, prompt).stop == ("###", "\nProblem:")  # added once
+    sampling = Sampling.filled(
+        {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "stop": ["###", "\nProblem:"]}
+    )
+    assert sampling_params(sampling, prompt).stop == ("###", "\nProblem:")  # added once
     assert resolve_prompt(prompt_config(template="generic-math"))["stop"] == []
 
 

@@ -75,8 +75,9 @@ def test_the_checker_finds_real_and_unknown_keys():
     assert key_exists(["benchmarks", "gsm8k", "field_map"])
     assert not key_exists(["sft", "training", "grad_accum"])
     assert not key_exists(["generation", "temperature"])
-    assert dotted_keys("see `sft.processes` and `generation.vllm.tensor_parallel_size: 2`, not `bench/sft.py`") == {
-        "sft.processes",
+    text = "see `training.processes` and `generation.vllm.tensor_parallel_size: 2`, not `bench/sft.py`"
+    assert dotted_keys(text) == {
+        "training.processes",
         "generation.vllm.tensor_parallel_size",
     }
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import resolved_prompt
+from conftest import resolved_prompt, rule_judge
 
 from snakeskills.io import write_json, write_jsonl
 from snakeskills.judging.extraction_routes import credited_counts, routes_summary
@@ -19,6 +19,7 @@ from snakeskills.plan.config import SCHEMA, default_config, prepare_config
 from snakeskills.plan.reference import resolve_node
 from snakeskills.plan.sections import benchmark_judge
 from snakeskills.results.method_comparison import training_cost
+from snakeskills.results.method_wording import MORE_DATA, RECORDS_MEANING
 from snakeskills.results.run_warnings import (
     format_warnings,
     metrics_fallback_warnings,
@@ -35,7 +36,7 @@ from snakeskills.training.methods import TRAINING_METHODS
 from snakeskills.training.preference_pairs import select_pairs
 from snakeskills.training.samples import group_problems, pass_rate_counts
 from snakeskills.training.sft_data import select_sft_records
-from snakeskills.training.tiny_model import bootstrap_miss
+from snakeskills.training.tiny_bootstrap import bootstrap_miss
 
 THRESHOLDS = default_config()["warnings"]
 PROMPT = resolved_prompt(user="{problem}=")
@@ -276,7 +277,7 @@ def judged_eval_seeds(tmp_path, config: dict, texts: list[str], name: str) -> li
     """Two seeds of a model that writes ``texts`` (one a problem, a token a character), cut at the config's
     generation.sampling.max_new_tokens and judged with its judge."""
     limit = config["generation"]["sampling"]["max_new_tokens"]
-    judge = benchmark_judge(config, "arithmetic")
+    judge = rule_judge(benchmark_judge(config, "arithmetic"))
     paths = []
     for seed in range(2):
         records = [
@@ -508,3 +509,10 @@ def test_grpo_rewards_a_fallback_credited_are_warned_of_from_its_training_metric
         benchmark_judges={},
     )
     assert len(lines) == 1 and "grpo-round1" in lines[0] and "10 of 20" in lines[0], lines
+
+
+def test_every_method_has_its_words():
+    """The report's words for each method (``results.method_wording``): more-data advice for every method, a records
+    column's meaning for every method that keeps records."""
+    assert set(MORE_DATA) == set(TRAINING_METHODS)
+    assert set(RECORDS_MEANING) == {name for name, method in TRAINING_METHODS.items() if method.records is not None}

@@ -6,7 +6,7 @@ over math-verify equivalence classes, as plain functions."""
 from __future__ import annotations
 
 import pytest
-from conftest import asked_model, default_section, hf_backend
+from conftest import asked_model, default_section, hf_backend, rule_judge
 from interruptions import run_killed_after_batches
 
 from snakeskills.backends import SamplingParams
@@ -15,6 +15,7 @@ from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.resumable import progress_path_for
 from snakeskills.io import read_json, read_jsonl, write_jsonl
 from snakeskills.judging.llm_judge import parse_judgement
+from snakeskills.plan.sections import JUDGE_RULE_KEYS
 from snakeskills.prompts import resolve_prompt
 from snakeskills.synthesis.contamination_check import NO_SHARED_WORD_JUDGEMENT, llm_contamination_check
 from snakeskills.synthesis.funnel import funnel
@@ -35,8 +36,10 @@ GSM8K_LIKE = (
 BIG_NUMBERS = "A school bought 1,250 pencils at $0.50 each and 3,000 erasers. How much did the pencils cost?"
 
 
-def judge_config(equivalence="math-verify"):
-    return {**default_section("judge"), "equivalence": equivalence}
+def judge_section(equivalence="math-verify"):
+    """The default config's rule-based judge, comparing with ``equivalence``."""
+    judge = default_section("judge")
+    return rule_judge({key: judge[key] for key in JUDGE_RULE_KEYS}, equivalence=equivalence)
 
 
 # ---------------------------------------------------------------- sources
@@ -319,7 +322,7 @@ def test_labels_need_the_agreement_share_and_use_math_verify_classes():
     labelled, judged, counts = label_problems(
         problems,
         seeds,
-        judge_config=judge_config(),
+        judge=judge_section(),
         min_agreement=0.7,
         num_workers=1,
         exact_answer=lambda problem: {"2+2": "4", "1/4+1/4": "1/2"}.get(problem),
@@ -349,7 +352,7 @@ def test_a_wrong_majority_is_counted_against_label_accuracy():
     labelled, _, counts = label_problems(
         problems,
         seeds,
-        judge_config=judge_config("exact"),
+        judge=judge_section("exact"),
         min_agreement=0.5,
         num_workers=1,
         exact_answer=arithmetic_answer,
@@ -362,4 +365,4 @@ def test_every_seed_must_answer_every_problem():
     problems = [{"id": "a", "problem": "1+1"}, {"id": "b", "problem": "2+2"}]
     seeds = solver_rows([{"a": "2", "b": "4"}, {"a": "2"}])
     with pytest.raises(SnakeskillsError, match="lack a sample"):
-        label_problems(problems, seeds, judge_config=judge_config(), min_agreement=0.5, num_workers=1)
+        label_problems(problems, seeds, judge=judge_section(), min_agreement=0.5, num_workers=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 
 from snakeskills.judging.judge import symbolic_verdicts
-from snakeskills.judging.timed_pool import TimedProcessPool
+from snakeskills.sandbox.timed_pool import TimedProcessPool
 
 
 def allocate_megabytes(megabytes: int) -> int:

@@ -13,9 +13,9 @@ from snakeskills.backends.types import GenerationRequest, SamplingParams, trunca
 from snakeskills.errors import SnakeskillsError
 from snakeskills.generation.model_job import AskedModel, ask_model_per_row
 from snakeskills.io import read_jsonl
+from snakeskills.settings.tools import Tools
 from snakeskills.tools.loop import ToolLoop, ToolUse, turn_seed
 from snakeskills.tools.protocol import Tags, answer_text, output_spans, turn_call
-from snakeskills.tools.registry import tools_settings
 
 TAGS = Tags("<calc>", "</calc>", "<out>", "</out>")
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=200)
@@ -57,9 +57,10 @@ def _result(text: str, finish: str):
 
 
 def loop(backend, max_calls: int = 4, workers: int = 2) -> ToolLoop:
-    settings = tools_settings(
+    settings = Tools.filled(
         {"tool": "calculator", "max_output_characters": 20, "timeout_seconds": 5, "memory_limit_mb": None}
-        | {"sandbox": "none"}
+        | {"sandbox": "none"},
+        "tools",
     )
     return ToolLoop(backend, ToolUse(settings=settings, tags=TAGS, max_calls=max_calls, workers=workers))
 
@@ -204,7 +205,7 @@ class TokenScriptedBackend:
     keep_tokens = True
 
     def __init__(self):
-        from snakeskills.training.tiny_model import build_char_tokenizer
+        from snakeskills.models.tiny_model import build_char_tokenizer
 
         self.tokenizer = build_char_tokenizer()
         self.eos_token_ids = {self.tokenizer.eos_token_id}

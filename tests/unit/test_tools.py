@@ -1,6 +1,6 @@
 """The tools a model calls while it generates, without a sandbox: the calculator, the settings read from the config
-section ``tools``, the plan's check of the chosen tool, the cut of a long output, and which source of a user's tool
-is copied into the sandbox (tests/external/test_tool_sandbox.py runs the sandboxed tools)."""
+section ``tools`` (``settings.tools.Tools``), the plan's check of the chosen tool, the cut of a long output, and which
+source of a user's tool is copied into the sandbox (tests/external/test_tool_sandbox.py runs the sandboxed tools)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,18 @@ import time
 import pytest
 
 from snakeskills.errors import SnakeskillsError
+from snakeskills.plan.tools import ToolsPlan, check_tools_plan
+from snakeskills.settings.tools import TAG_PRESETS, Tools
 from snakeskills.tools.calculator import CalculationError, calculate
-from snakeskills.tools.registry import TOOL_DESCRIPTIONS, TOOLS, check_tool, new_session, tools_settings
+from snakeskills.tools.registry import TOOL_DESCRIPTIONS, TOOLS, check_tool, new_session
 from snakeskills.tools.sandboxed import module_files
-from snakeskills.tools.session import ToolSettings, cut_output
+from snakeskills.tools.session import cut_output
+
+
+def tools(tool: str | None, **settings) -> Tools:
+    """The ``tools`` section of ``tool`` with ``settings``, the schema's defaults filling the rest."""
+    return Tools.filled({"tool": tool, **settings}, "tools")
+
 
 # ---------------------------------------------------------------- the calculator
 
@@ -101,7 +109,7 @@ def test_calculator_refuses_huge_work_fast(expression, message):
 
 
 def test_calculator_session_marks_errors_and_takes_no_call_once_closed():
-    session = new_session(ToolSettings("calculator"))
+    session = new_session(tools("calculator"))
     good, bad = session.call("37*84"), session.call("x")
     assert (good.output, good.error, good.timeout) == ("3108", False, False)
     assert (bad.output, bad.error, bad.timeout) == (
@@ -125,7 +133,7 @@ def test_a_long_output_is_cut_with_a_note():
 
 
 def test_a_session_cuts_its_output_at_max_output_characters():
-    session = new_session(ToolSettings("calculator", max_output_characters=50))
+    session = new_session(tools("calculator", max_output_characters=50))
     result = session.call("10**1000")
     assert result.output == "1" + "0" * 49 + "\n<output cut: 951 characters left out>\n"
 
@@ -134,18 +142,31 @@ def test_a_session_cuts_its_output_at_max_output_characters():
 
 
 def test_settings_take_the_section_and_its_defaults():
-    assert tools_settings({"tool": "python", "tags": "markdown", "max_calls": 8}) == ToolSettings(
-        "python", max_output_characters=1000, timeout_seconds=10.0, memory_limit_mb=1024, sandbox="bwrap"
-    )
-    section = {"tool": "calculator", "max_output_characters": 20, "timeout_seconds": 2, "memory_limit_mb": None}
-    assert tools_settings(section | {"sandbox": "none"}) == ToolSettings("calculator", 20, 2.0, None, "none")
+    settings = tools("python", tags="markdown", max_calls=8)
+    assert (settings.tool, settings.tags, settings.max_calls) == ("python", TAG_PRESETS["markdown"], 8)
+    assert settings.workers == 4
+    limits = (settings.max_output_characters, settings.timeout_seconds, settings.memory_limit_mb, settings.sandbox)
+    assert limits == (1000, 10.0, 1024, "bwrap")
+    settings = tools("calculator", max_output_characters=20, timeout_seconds=2, memory_limit_mb=None, sandbox="none")
+    limits = (settings.max_output_characters, settings.timeout_seconds, settings.memory_limit_mb, settings.sandbox)
+    assert limits == (20, 2.0, None, "none")
+
+
+@pytest.mark.parametrize("section", [{}, {"tool": None}])
+def test_a_section_without_a_tool_or_models_names_the_key(section):
+    plan = ToolsPlan(Tools.filled(section, "tools"), "base")
+    with pytest.raises(SnakeskillsError, match="config key tools.tool: a tool's name"):
+        check_tools_plan({}, plan, ["base"])
+
+
+def test_an_empty_tool_name_names_the_key():
+    with pytest.raises(SnakeskillsError, match="config key tools.tool: unknown tool ''"):
+        check_tool(tools(""))
 
 
 @pytest.mark.parametrize(
     ("section", "key"),
     [
-        ({}, "tools.tool"),
-        ({"tool": ""}, "tools.tool"),
         ({"tool": "python", "max_output_characters": 0}, "tools.max_output_characters"),
         ({"tool": "python", "max_output_characters": 1.5}, "tools.max_output_characters"),
         ({"tool": "python", "timeout_seconds": 0}, "tools.timeout_seconds"),
@@ -156,7 +177,7 @@ def test_settings_take_the_section_and_its_defaults():
 )
 def test_settings_name_the_key_at_fault(section, key):
     with pytest.raises(SnakeskillsError, match=f"config key {key}:"):
-        tools_settings(section)
+        Tools.filled(section, "tools")
 
 
 # ---------------------------------------------------------------- the plan's check of the tool
@@ -164,35 +185,35 @@ def test_settings_name_the_key_at_fault(section, key):
 
 def test_an_unknown_tool_names_the_key_and_the_known_ones():
     with pytest.raises(SnakeskillsError) as raised:
-        check_tool(ToolSettings("pyhton"), "generation.tools.tool")
+        check_tool(tools("pyhton"), "generation.tools.tool")
     message = str(raised.value)
     assert message.startswith("config key generation.tools.tool: unknown tool 'pyhton'")
     assert all(name in message for name in TOOLS)
     with pytest.raises(SnakeskillsError, match="config key tools.tool: unknown tool 'pyhton'"):
-        new_session(ToolSettings("pyhton"))
+        new_session(tools("pyhton"))
 
 
 def test_the_calculator_needs_no_sandbox(monkeypatch):
     monkeypatch.setattr("snakeskills.tools.registry.check_sandbox", lambda *_, **__: pytest.fail("sandbox checked"))
-    check_tool(ToolSettings("calculator"))
+    check_tool(tools("calculator"))
 
 
 def test_a_user_tool_that_does_not_import_stops_the_plan(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(tmp_path)
     (tmp_path / "broken_tool_module.py").write_text("import a_package_nobody_has\n")
     with pytest.raises(SnakeskillsError, match="config key tools.tool: 'absent_tool_module:run': module .* does not"):
-        check_tool(ToolSettings("absent_tool_module:run"))
+        check_tool(tools("absent_tool_module:run"))
     with pytest.raises(SnakeskillsError, match="config key tools.tool: 'broken_tool_module:run': .*fails while"):
-        check_tool(ToolSettings("broken_tool_module:run"))
+        check_tool(tools("broken_tool_module:run"))
 
 
 def test_a_user_tool_that_is_not_callable_stops_the_plan(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(tmp_path)
     (tmp_path / "constant_tool_module.py").write_text("run = 42\n")
     with pytest.raises(SnakeskillsError, match="config key tools.tool: .*has no function 'run'"):
-        check_tool(ToolSettings("constant_tool_module:run"))
+        check_tool(tools("constant_tool_module:run"))
     with pytest.raises(SnakeskillsError, match="config key tools.tool: .*has no function 'missing'"):
-        check_tool(ToolSettings("constant_tool_module:missing"))
+        check_tool(tools("constant_tool_module:missing"))
 
 
 def test_every_built_in_tool_is_described():

@@ -11,13 +11,14 @@ import sys
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, checked_config
+from conftest import DEFAULT_CONFIG, checked_config, rule_judge
 from test_metrics import write_seed_files
 
 from snakeskills import registry
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import write_jsonl
-from snakeskills.judging.judge import extract_answer, judge_records, judge_verdicts
+from snakeskills.judging.extractors import extract_answer
+from snakeskills.judging.judge import judge_records, judge_verdicts
 from snakeskills.results.named_metrics import compute_named_metrics
 from snakeskills.results.summarize import write_benchmark_summary
 
@@ -186,7 +187,7 @@ def test_the_plan_stops_on_a_hook_that_fails_while_it_is_imported(tmp_path, monk
 
 
 def test_a_users_extraction_that_raises_names_the_row_of_the_judged_file(hooks):
-    judge = {**JUDGE, "extraction": "my_hooks:strict_number"}
+    judge = rule_judge(JUDGE, extraction="my_hooks:strict_number")
     with pytest.raises(
         SnakeskillsError,
         match=r"^config key judge\.extraction: 'my_hooks:strict_number' raised on row 2 of chunk\.jsonl \(id 'r1'\): "
@@ -195,11 +196,11 @@ def test_a_users_extraction_that_raises_names_the_row_of_the_judged_file(hooks):
         judge_records(records("1+1=2", "1+1= two", "1+1=3"), judge, num_workers=1, source="chunk.jsonl")
     # without the file (GRPO's rewards): the row and its id
     with pytest.raises(SnakeskillsError, match=r"raised on row 1 \(id 'r0'\): IndexError: list index out of range"):
-        judge_records(records(""), {**judge, "extraction": "my_hooks:last_word"}, num_workers=1)
+        judge_records(records(""), judge.replace(extraction="my_hooks:last_word"), num_workers=1)
 
 
 def test_a_users_equivalence_that_raises_names_the_row_or_the_pair(hooks):
-    judge = {**JUDGE, "equivalence": "my_hooks:same_number"}
+    judge = rule_judge(JUDGE, equivalence="my_hooks:same_number")
     assert [row["symbolic_correct"] for row in judge_records(records(r"\boxed{02}"), judge, num_workers=1)] == [True]
     with pytest.raises(
         SnakeskillsError,

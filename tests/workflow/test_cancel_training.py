@@ -3,7 +3,7 @@
 ``kill -INT`` on the Snakemake process alone ("Terminating processes on user request"): Snakemake's local executor
 sends its jobs no signal and waits for them; the workflow passes the SIGINT on to its jobs
 (``job.forward_interruptions_to_jobs``). ``kill`` (SIGTERM) on the training job's process alone: the job passes it on
-to the processes it launched (``sft.processes``). Either way every training process is gone within 30 s (it takes a
+to the processes it launched (``training.processes``). Either way every training process is gone within 30 s (it takes a
 second or a few) and the job's log says what was kept."""
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def cancel_config(tmp_path: Path, checkpoint: Path, processes: int) -> Path:
             "sampling": {"temperature": 1.0, "max_new_tokens": 24},
         },
         "judge": {"regex": r"(\d+)"},
+        "training": {"processes": processes},
         "sft": {
-            "processes": processes,
             "filters": {"correct_only": False},
             "lora": {"r": 4, "alpha": 8},
             "training": {
@@ -204,8 +204,8 @@ def test_sigint_to_snakemake_ends_the_training_at_once_and_a_rerun_resumes(sampl
 
 
 def test_the_processes_a_training_job_launched_end_with_it_whatever_stops_it(sampled, tmp_path, tiny_checkpoint):
-    """sft.processes 2: SIGTERM to the job's process alone (what ``kill`` on the trainer sends), then, on the rerun,
-    SIGINT to Snakemake: the launcher and both training processes end with the job."""
+    """training.processes 2: SIGTERM to the job's process alone (what ``kill`` on the trainer sends), then, on the
+    rerun, SIGINT to Snakemake: the launcher and both training processes end with the job."""
     shutil.copytree(sampled, tmp_path, dirs_exist_ok=True)
     configfile = cancel_config(tmp_path, tiny_checkpoint, processes=2)
     kept, _log = stop_training(tmp_path, configfile, started=STARTED, processes=2, stop="job")

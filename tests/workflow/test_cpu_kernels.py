@@ -17,7 +17,7 @@ import pytest
 from conftest import run_snakemake
 
 from snakeskills.job import CPU_KERNELS
-from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE
+from snakeskills.training.tiny_bootstrap import BOOTSTRAP_METRICS_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -79,7 +79,7 @@ def test_workflow_trains_a_round_in_two_processes_and_evaluates_it(tmp_path):
     config = shrunk_default_config({"bootstrap": 4800, "validation": 200, "train": 1000, "test": 200})
     config["experiment"] = "ddp"
     config["generation"]["device"] = "cpu"
-    config["sft"]["processes"] = 2
+    config.setdefault("training", {})["processes"] = 2
     configfile = write_config(tmp_path / "config.yaml", config)
     process = run_snakemake(tmp_path, "--cores", "2", configfile=configfile)
     assert process.returncode == 0, process.stdout[-5000:] + process.stderr[-5000:]

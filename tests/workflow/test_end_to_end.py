@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import DEFAULT_CONFIG, dry_run_counts, run_snakemake, write_config
 
-from snakeskills.training.tiny_model import BOOTSTRAP_METRICS_FILE
+from snakeskills.training.tiny_bootstrap import BOOTSTRAP_METRICS_FILE
 
 pytestmark = pytest.mark.slow
 

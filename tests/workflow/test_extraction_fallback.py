@@ -19,7 +19,7 @@ import yaml
 from conftest import run_snakemake
 
 from snakeskills.io import write_jsonl
-from snakeskills.training.tiny_model import build_char_tokenizer
+from snakeskills.models.tiny_model import build_char_tokenizer
 
 RESULTS = "results/fallback"
 # what the model writes after a prompt's last character

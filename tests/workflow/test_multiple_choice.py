@@ -17,21 +17,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEFAULT_CONFIG, checked_config, run_snakemake, teacher_section, write_config
+from conftest import DEFAULT_CONFIG, checked_config, rule_judge, run_snakemake, teacher_section, write_config
 from dataset_fixtures import MMLU_TEST
 
 from snakeskills.data.prepare import prepare_split
 from snakeskills.data.specs import preparing_spec, resolve_benchmark_spec
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.judging.judge import (
-    exact_match,
-    extract_answer,
-    extract_choice,
-    extract_choice_strict,
-    judge_records,
-    option_named_by_value,
-)
+from snakeskills.judging.extractors import extract_answer, extract_choice, extract_choice_strict, option_named_by_value
+from snakeskills.judging.judge import exact_match, judge_records
 from snakeskills.plan.layout import Layout
 from snakeskills.plan.run import Plan
 from snakeskills.plan.sections import benchmark_judge
@@ -229,11 +223,11 @@ ROW = {"option_letters": "A, B, C, D", "A": "87", "B": "97", "C": "86", "D": "10
 def test_an_answer_given_as_an_options_text_names_that_option(text, letter):
     assert option_named_by_value(ROW, text, None) == letter
     (judged,) = judge_records(
-        [{**ROW, "generation": text}], {"extraction": "multichoice", "regex": None}, num_workers=1
+        [{**ROW, "generation": text}], rule_judge(extraction="multichoice", regex=None), num_workers=1
     )
     assert judged["predicted_answer"] == letter and judged["symbolic_correct"] == (letter == "A")
     (strict,) = judge_records(
-        [{**ROW, "generation": text}], {"extraction": "multichoice-strict", "regex": None}, num_workers=1
+        [{**ROW, "generation": text}], rule_judge(extraction="multichoice-strict", regex=None), num_workers=1
     )
     assert strict["predicted_answer"] is None
 
@@ -250,7 +244,7 @@ def test_the_asked_format_comes_before_any_phrase():
 
 
 def test_multichoice_verdicts_are_letter_equality_not_math():
-    judge = {"extraction": "multichoice", "regex": None}
+    judge = rule_judge(extraction="multichoice", regex=None)
     records = [
         {"generation": "Answer: B", "expected_answer": "B"},
         {"generation": "Answer: b", "expected_answer": "B"},
@@ -289,7 +283,7 @@ def test_each_benchmark_is_asked_and_judged_its_own_way():
     )
     assert benchmark_judge(config, "arithmetic")["regex"] == r"(-?\d+)"
     assert benchmark_judge(config, "mmlu") == {"extraction": "multichoice", "regex": None}, "no math settings"
-    assert plan.job_generation("base", "test") is config["generation"]
+    assert plan.job_generation("base", "test").to_dict() == config["generation"]
 
 
 def test_a_teacher_asks_the_benchmarks_question_with_its_own_chat_settings():

@@ -18,7 +18,7 @@ from servers import JsonHandler
 
 from snakeskills.generation.model_job import ReasoningReport, text_fields
 from snakeskills.io import read_jsonl, write_jsonl
-from snakeskills.judging.judge import extract_boxed
+from snakeskills.judging.extractors import extract_boxed
 from snakeskills.judging.llm_judge import parse_judgement
 from snakeskills.training.sft_data import select_sft_records
 

@@ -17,8 +17,8 @@ from conftest import REPO, run_snakemake, write_config
 
 from snakeskills.io import iter_jsonl, read_json
 from snakeskills.results.paired_bootstrap import compare
-from snakeskills.tools.protocol import Tags
-from snakeskills.tools.registry import new_session, tools_settings
+from snakeskills.settings.tools import Tags, Tools
+from snakeskills.tools.registry import new_session
 
 EXAMPLE = REPO / "config" / "examples" / "tiny-multiplication-calculator-tools.yaml"
 TAGS = Tags("<calc>", "</calc>", "<out>", "</out>")
@@ -98,7 +98,7 @@ def test_the_same_methods_without_tools_stay_far_behind(with_tools, without_tool
 @pytest.mark.slow
 def test_every_output_block_is_what_the_calculator_prints_and_the_judge_reads_after_it(with_tools):
     calls = 0
-    calculator = new_session(tools_settings({"tool": "calculator", "max_output_characters": 1000}))
+    calculator = new_session(Tools.filled({"tool": "calculator", "max_output_characters": 1000}, "tools"))
     for model in ("base", *TUNED):
         path = with_tools / "judge" / model / "arithmetic" / "test" / "output-rs0.jsonl"
         for record in iter_jsonl(path):

@@ -7,7 +7,7 @@ answers ``\\boxed{<sum>}``. It is the test suite's teacher and the expert of the
 About 5 minutes on 2 cores, once: cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the
 recipe, built under a lock and renamed into place when complete::
 
-    python3 -m snakeskills.arithmetic_expert --link models/smollm2-arithmetic-expert
+    python3 -m snakeskills.training.arithmetic_expert --link models/smollm2-arithmetic-expert
 """
 
 from __future__ import annotations
@@ -49,11 +49,16 @@ def arithmetic_expert_folder(*, cache: str | Path | None = None) -> Path:
 
 
 def _build(base: Path, folder: Path) -> None:
+    import yaml
+
     from snakeskills.io import write_jsonl
-    from snakeskills.plan.config import default_config
+    from snakeskills.settings.schema import DEFAULT_CONFIG, fill_defaults
     from snakeskills.training.rounds import RoundRun
     from snakeskills.training.sft import train as train_sft
 
+    # the embedded default's sft section with the schema's defaults filled (as plan.config.default_config gives it)
+    default_sft = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8")).get("sft") or {}
+    sft_defaults = fill_defaults(default_sft, "#/properties/sft", "sft")
     rng = random.Random(RECIPE["seed"])
     examples = []
     for index in range(RECIPE["examples"]):
@@ -78,7 +83,7 @@ def _build(base: Path, folder: Path) -> None:
             data_path=data,
             output_dir=staged,
             lora=None,
-            training={**default_config()["sft"]["training"], **RECIPE["training"]},
+            training={**sft_defaults["training"], **RECIPE["training"]},
             chat_template=True,
             chat_template_kwargs={},
             seed=0,
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     from snakeskills.models.pretrained import print_model_folder
 
     parser = argparse.ArgumentParser(
-        prog="python3 -m snakeskills.arithmetic_expert",
+        prog="python3 -m snakeskills.training.arithmetic_expert",
         description="Build (once per machine) SmolLM2-135M-Instruct fine-tuned on 2-digit sums.",
     )
     parser.add_argument("--link", help="also make this path a link to the folder (models/smollm2-arithmetic-expert)")

@@ -1,105 +1,19 @@
-"""The embedded default's model: a tiny Llama with a character-level tokenizer, built locally.
-
-Nothing is downloaded: the tokenizer is built with ``tokenizers``, the model from a
-``LlamaConfig``; both are written with ``save_pretrained`` so every later stage loads them with
-``from_pretrained``, exactly as it loads a real checkpoint.
+"""The embedded default's model, bootstrap-trained: the tiny Llama (``models.tiny_model``) given a short supervised
+bootstrap that stops at a chosen greedy accuracy, saved with its metrics (``BOOTSTRAP_METRICS_FILE``).
 """
 
 from __future__ import annotations
 
 import logging
-import string
 from pathlib import Path
+
+from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
+from snakeskills.settings.tools import Tools
 
 logger = logging.getLogger(__name__)
 
 # written beside the built checkpoint: the bootstrap's training metrics, validation history and target
 BOOTSTRAP_METRICS_FILE = "bootstrap_metrics.json"
-SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
-CHARACTERS = string.digits + string.ascii_letters + string.punctuation + " \n"
-# a minimal chat format ("<s>U: ...\nA: "), so prompt.chat_template: true works with the tiny model too; like
-# Llama-3's, the template writes BOS and the tokenizer adds one to plain text (prompts.encode_messages)
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}{{ message['role'][0] | upper }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}A: {% endif %}"
-)
-
-
-def build_char_tokenizer():
-    """A ``PreTrainedTokenizerFast`` mapping every printable ASCII character to its own token."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS.values())}
-    for character in CHARACTERS:
-        vocabulary.setdefault(character, len(vocabulary))
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token=SPECIAL_TOKENS["unk"]))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tokenizer.decoder = decoders.Fuse()
-    bos = SPECIAL_TOKENS["bos"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocabulary[bos])]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-        bos_token=bos,
-        eos_token=SPECIAL_TOKENS["eos"],
-        pad_token=SPECIAL_TOKENS["pad"],
-        unk_token=SPECIAL_TOKENS["unk"],
-        padding_side="left",
-        clean_up_tokenization_spaces=False,
-    )
-
-
-def build_tiny_llama(tokenizer, *, hidden_size: int, num_layers: int, num_heads: int, seed: int, max_positions: int):
-    """A freshly initialised ``LlamaForCausalLM`` sized by the arguments (a few 100k parameters)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return LlamaForCausalLM(config)
-
-
-def save_random_llama(folder, model: dict, *, kv_heads: int, dtype: str, vocabulary: int) -> None:
-    """A Llama with random weights (``model``: LlamaConfig sizes) and a word-level tokenizer of ``vocabulary``
-    tokens (``<pad>``, ``<eos>``, then ``t2`` ...), saved to ``folder``: a real vocabulary's size without a
-    download (bench/generation.py, tests/gpu)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocabulary)}}
-    word_level = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocabulary,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-        **model,
-    )
-    LlamaForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
 
 
 def build_and_bootstrap(
@@ -117,7 +31,7 @@ def build_and_bootstrap(
     threads: int,
     tool_completion: str | list[str] | None = None,
     tool_share: float = 0.0,
-    tools: dict | None = None,
+    tools: Tools | None = None,
 ) -> dict:
     """Build the tiny model, give it a short supervised bootstrap, save it to ``output_dir``.
 
@@ -125,7 +39,7 @@ def build_and_bootstrap(
     never trains on) reaches ``stop_at_accuracy``, so the base model starts with a modest skill,
     leaving room for the loop (sample -> keep correct -> SFT) to show a real gain.
 
-    With ``tools`` (the config's section) a share ``tool_share`` of the bootstrap problems, chosen by ``seed``, is
+    With ``tools`` (the run's) a share ``tool_share`` of the bootstrap problems, chosen by ``seed``, is
     answered by ``tool_completion`` (a call, the tool's output in its tags, the answer; a list of templates, one per
     tool: taken in turn), with the output masked out of the loss; the validation then answers with the tools
     (greedy, ``tools.loop``).
@@ -264,7 +178,8 @@ def greedy_accuracy(
     with ``tools`` (a ``tools.loop.ToolUse``), completions that call the tool, judged after its last output."""
     import torch
 
-    from snakeskills.judging.judge import exact_match, extract_answer
+    from snakeskills.judging.extractors import extract_answer
+    from snakeskills.judging.judge import exact_match
 
     was_training = model.training
     model.eval()

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from snakeskills.judging.sandbox import (
+from snakeskills.sandbox.containment import (
     LAUNCH_ENVIRONMENT,
     SANDBOX_PROCESSES,
     bwrap_command,
