@@ -1,10 +1,9 @@
 from snakeskills.backends.gpus import claim_job_gpus
 from snakeskills.job import script_logging
 from snakeskills.plan.training import with_save_timer
-from snakeskills.results.run_warnings import training_data_fallback_warnings
+from snakeskills.results.run_warnings import online_reward_warnings
 from snakeskills.settings.models import Model
 from snakeskills.settings.training import ROUND_SETTINGS
-from snakeskills.training.grpo_rewards import credited_counts_of
 from snakeskills.training.rounds import RoundRun, train_round, trainer_options
 
 with script_logging(snakemake.log[0]) as logger:
@@ -31,9 +30,7 @@ with script_logging(snakemake.log[0]) as logger:
     options = trainer_options(method, job, snakemake.params.judging)
     metrics = train_round(method, run, options, log_path=snakemake.log[0])
     logger.info("%s done: %s", method, {key: value for key, value in metrics.items() if key != "log_history"})
-    if method == "grpo":  # rewards a fallback extraction credited, as SFT/DPO/KTO warn of their data's
-        counts = credited_counts_of(metrics.get("log_history") or [])
-        for line in training_data_fallback_warnings(
-            snakemake.wildcards.model, method, counts, snakemake.config["warnings"]
-        ):
-            logger.warning(line)
+    # rewards a fallback extraction credited, as SFT, DPO and KTO warn of their data's
+    history, thresholds = metrics.get("log_history"), snakemake.config["warnings"]
+    for line in online_reward_warnings(snakemake.wildcards.model, method, history, thresholds):
+        logger.warning(line)

@@ -1,13 +1,10 @@
 """Entry points of the per-chunk jobs (generate, judge, llm_judge) and the LLM contamination check of synthesized
 problems, run by ``shell:`` rules; and ``samples``, which prints judged samples from a run's results.
 
-These rules make up nearly all of a large run's jobs (10,000 generate and 10,000 judge jobs at
-100 chunks x 16 seeds x 3 benchmarks x 2 models), and Snakemake plans a ``shell:`` job for less than
-a ``script:`` job (bench/planning.py). Like a ``script:`` file, each command only unpacks its
-arguments and calls the package. Settings never pass through the shell as text to be parsed by it:
-a job that loads a model reads a settings file (``settings/generate/{model}/{benchmark}/{split}.json``,
-which also names the prepared split), and the rule-based judge gets its few settings as one quoted
-JSON argument.
+These rules are nearly all of a large run's jobs, and Snakemake plans a ``shell:`` job faster than a ``script:`` job
+(bench/planning.py). Each command only unpacks its arguments and calls the package. Settings never pass through the
+shell as text: a model job reads a settings file (``settings/generate/{model}/{benchmark}/{split}.json``, which
+names the prepared split), and the rule-based judge gets one quoted JSON argument.
 
     python3 -m snakeskills.cli generate --wildcards seed=N,chunk=K,num_chunks=C,... --settings S \
         --threads T --gpus G --output O --log L
@@ -16,12 +13,11 @@ JSON argument.
     python3 -m snakeskills.cli llm-contamination-check --settings S --threads T --gpus G --candidates C \
         --eval E [E ...] --output O --checked K --stats J --log L
 
-``samples`` is for people, not rules: a few judged samples of each model and benchmark, chosen by a seed
-(``snakeskills.results.samples``), filtered by model, benchmark, split, verdict and extraction route; a sample that
-called tools shows its calls and, in its generation, the tools' outputs marked.
+``samples`` is for people: a few judged samples per model and benchmark, chosen by a seed
+(``snakeskills.results.samples``), filtered by model, benchmark, split, verdict and extraction route, with tool calls
+and their outputs marked.
 
-    python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 --verdict incorrect --limit 3
-"""
+    python3 -m snakeskills.cli samples results/tiny-arithmetic --model sft-round1 --verdict incorrect --limit 3"""
 
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """Prompt templates filled from record fields.
 
 A resolved prompt is ``{"system": str | None, "user": str, "examples": str, "chat_template": bool,
-"chat_template_kwargs": dict, "stop": list[str]}``.
-Templates use Python ``str.format`` placeholders (``{problem}``, any record field, and
-``{examples}`` for the few-shot block); literal braces are doubled (``\\boxed{{}}``), as in
-NeMo-Skills' prompt files. With ``chat_template: true`` the tokenizer's chat template turns the
-messages into the model input; otherwise the system and user texts are concatenated. ``chat_template_kwargs``
-are extra variables for the template (Qwen3's ``enable_thinking``), as ``apply_chat_template``'s keyword
-arguments, and as the ``chat_template_kwargs`` of an OpenAI-compatible chat request (vLLM, SGLang,
-``transformers serve``).
+"chat_template_kwargs": dict, "stop": list[str]}``. Templates use ``str.format`` placeholders (``{problem}``, any
+record field, ``{examples}`` for the few-shot block); literal braces are doubled (``\\boxed{{}}``), as in
+NeMo-Skills. With ``chat_template: true`` the tokenizer's chat template builds the model input, else system and user
+texts are concatenated. ``chat_template_kwargs`` are the template's extra variables (Qwen3's ``enable_thinking``),
+also sent with an OpenAI-compatible chat request.
 
-Prompt templates live in YAML files with the keys ``system`` (optional), ``user``,
-``few_shot`` (optional: ``template``, ``separator``, ``examples``) and ``stop`` (optional: strings that end
-a generation in the template's format, e.g. the next few-shot problem's header). The config's ``prompt.template``
-names a shipped template (``snakeskills/prompt_templates/<name>.yaml``) or a path to such a file;
-``prompt.system`` / ``prompt.user`` given in the config override the file's.
-"""
+Template YAML files have ``system`` (optional), ``user``, ``few_shot`` (optional: ``template``, ``separator``,
+``examples``) and ``stop`` (optional: strings ending a generation). ``prompt.template`` names a shipped template
+(``snakeskills/prompt_templates/<name>.yaml``) or a file; ``prompt.system`` / ``prompt.user`` override the file's."""
 
 from __future__ import annotations
 

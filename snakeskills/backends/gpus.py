@@ -1,13 +1,9 @@
 """Which GPUs a job runs on: the ones SLURM gave it, or, on a workstation, ones no other process of ours holds.
 
-Rules that use GPUs declare how many (``resources: gpu=N``, see rules/common.smk), so that
-``snakemake --resources gpu=K`` never runs more than K GPUs' worth of jobs at once. Snakemake counts but does
-not assign devices. On SLURM the allocation sets ``CUDA_VISIBLE_DEVICES`` and that stays. Elsewhere a job
-claims N of the node's GPUs with one lock file per device (in the user's private runtime folder) and
-sets ``CUDA_VISIBLE_DEVICES`` to them before CUDA starts, so each job sees only its own devices; a job that
-declares none sees none (and remembers the node's GPUs, ``server_candidates``, for a model server it may start).
-
-Who holds a GPU on a workstation (a local run):
+Rules declare their GPUs (``resources: gpu=N``, rules/common.smk) so that ``--resources gpu=K`` bounds them;
+Snakemake counts but does not assign devices. On SLURM the allocation's ``CUDA_VISIBLE_DEVICES`` stays. Elsewhere a
+job claims N GPUs with one lock file per device (in the user's runtime folder) and sets ``CUDA_VISIBLE_DEVICES``
+before CUDA starts; a job declaring none sees none (and keeps the node's GPUs, ``server_candidates``, for a server).
 
 | process | claims | holds the claim until |
 | --- | --- | --- |
@@ -15,16 +11,9 @@ Who holds a GPU on a workstation (a local run):
 | a job served by a shared model server (generation.share_model, hf/vllm) | none (declares gpu=0) | - |
 | a shared model server | its backend's GPUs (hf: 1, vllm: tensor_parallel_size, device cpu: 0) | it exits |
 
-A server's claim is taken by the job that starts it, before it starts (``claim_server_gpus``: no start timeout
-runs while it waits), and handed to the server as the open lock files themselves: the claim lasts as long as the
-server, not its starting job. So the jobs of one model run side by side, as many as Snakemake has cores for, on
-one server that holds one GPU (CUDA starts once per load, in the server); and a job that claims the GPU of a
-server it will not use (a training job, a server of another model) waits for it, asking it to exit
-(``request_release``): the server takes no new jobs, finishes those it serves and exits, freeing the claim and
-the memory together. Snakemake does not count a server's GPU (no rule declares it): a training job may start while
-a server holds the GPU it needs; it then waits in its claim as above. In a SLURM job the servers run on the
-allocation's GPUs and end with it: nothing is claimed or marked there.
-"""
+A server's claim is taken by its starting job (``claim_server_gpus``, no start timeout while it waits) and handed
+over as the open lock files. A job needing a server's GPU waits, asking it to exit (``request_release``: it finishes
+its jobs and frees claim and memory together). Snakemake does not count a server's GPU. On SLURM nothing is claimed."""
 
 from __future__ import annotations
 

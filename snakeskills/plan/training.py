@@ -10,7 +10,7 @@ from snakeskills.plan.layout import Layout
 from snakeskills.plan.resources import training_processes
 from snakeskills.plan.sections import is_code_benchmark
 from snakeskills.settings.training import Trainer
-from snakeskills.training.grpo import grpo_sampling
+from snakeskills.training.grpo import filled_sampling
 from snakeskills.training.methods import TRAINING_METHODS, training_method
 
 
@@ -60,12 +60,12 @@ class TrainingPlan:
         """The settings that decide how a round is trained (data choice and filters act through its input).
 
         The processes count too: each process draws its own share of every batch, so the weights differ."""
-        # sft's keys in the order they always had: a params value that reads differently would rerun finished rounds
+        # a params value that reads differently (another key order) would rerun finished rounds
         keys = ("seed", "training") if self.full else ("seed", "lora", "training")
         settings = {key: self.section[key] for key in keys + self.method.options}
         settings["training"] = without_save_timer(settings["training"])
-        if self.name == "grpo":
-            settings["sampling"] = grpo_sampling(self.config)
+        if self.method.fills_sampling:
+            settings["sampling"] = filled_sampling(self.config, self.name)
         return {
             "method": self.section["method"],
             **settings,

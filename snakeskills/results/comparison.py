@@ -147,18 +147,15 @@ def write_comparison(
     benchmark_judges=None,
     cost_references=(),
 ) -> str:
-    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each
-    tuned model's paired comparison against the base model under ``"<benchmark>/paired_gain"`` and every
-    problem's flip in ``flips_path`` (``paired``; ``problem_paths``: each run's problems.jsonl). The table ends
-    with the synthesis funnel (``funnel_paths``: its table, when the run synthesizes problems) and the run's
-    warnings (``run_warnings``): each built tiny model (``built_models``: checkpoint folders) whose bootstrap missed
-    its target and, given ``thresholds`` (the config's ``warnings``), the rest of ``gather_warnings``
-    (``sft_stats``: {round: its stats.json}; ``sections``: {training method: its config section}). With several
-    training methods, ``method_pairs`` ((model, other) rounds of the same number) are compared paired as well
-    (``method_comparison``), and ``training_costs`` ({model: cost}) are stored under ``"training/cost"`` and
-    tabled. Where samples had prices, each model's accuracy against its price, paired with each of
-    ``cost_references`` (models), is stored under ``"<benchmark>/accuracy_cost"`` and tabled
-    (``add_accuracy_cost``)."""
+    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each tuned
+    model's paired comparison against its base under ``"<benchmark>/paired_gain"`` and every problem's flip in
+    ``flips_path`` (``problem_paths``: each run's problems.jsonl). The table ends with the synthesis funnel
+    (``funnel_paths``) and the run's warnings: bootstraps below target (``built_models``: checkpoint folders) and,
+    given ``thresholds`` (config ``warnings``), the rest of ``gather_warnings`` (``sft_stats``: {round: stats.json};
+    ``sections``: {method: config section}). ``method_pairs`` ((model, other) rounds of the same number) are compared
+    paired too, ``training_costs`` ({model: cost}) go under ``"training/cost"``, and where samples had prices, accuracy
+    against price paired with each of ``cost_references`` under
+    ``"<benchmark>/accuracy_cost"`` (``add_accuracy_cost``)."""
 
     summary: dict[str, dict] = {}
     problems = {}

@@ -1,23 +1,17 @@
-"""The price of samples, in a run whose tools (another model among them) have prices: what one model's samples on
-one benchmark cost, by tool, and each model's accuracy against its price. Prices are in the unit the config gives
-them in.
+"""The price of samples, in a run whose tools or models have prices: per model and benchmark, by tool, and each
+model's accuracy against its price. Prices are in the config's unit.
 
-The judged record's fields read (the tool loop and the generate job write them):
+Fields read from a judged record:
 
-- ``cost``: the sample's price: its tool calls' prices summed (a model that calls tools), or the price of its own
-  answer (a priced model evaluated alone). A record without it (or with null there) costs 0; records none of which
-  has a price give no block, and nothing of it appears anywhere (metrics.json, metrics.txt, problems.jsonl, the
-  eval comparison, the report).
-- ``tool_call_log``: one entry per call the sample made, ``{"tool", "cost", "input_tokens", "output_tokens",
-  "seconds", "error", "timeout"}``; a record without it made no call.
+- ``cost``: its tool calls' prices summed, or its own answer's price (a priced model evaluated alone); missing or
+  null costs 0. Without any priced record there is no block anywhere (metrics, problems.jsonl, comparison, report).
+- ``tool_call_log``: one ``{"tool", "cost", "input_tokens", "output_tokens", "seconds", "error", "timeout"}`` per
+  call; missing: no call.
 
-Summarize writes the block to ``metrics.json`` under ``"<benchmark>/cost"`` (``cost_metrics``) and its lines to
-``metrics.txt``, and each problem's summed price to problems.jsonl (``paired_bootstrap.problem_score_rows``). The
-eval comparison stores each model's accuracy and mean price per problem, paired with each reference model's
-(``paired_bootstrap.compare_accuracy_cost``), under ``"<benchmark>/accuracy_cost"`` and tables them with the
-models on the Pareto frontier of accuracy against price (``accuracy_cost_table``, ``pareto_frontier``); the report
-plots them (``report.plot_accuracy_cost``).
-"""
+Summarize writes ``"<benchmark>/cost"`` to ``metrics.json`` (``cost_metrics``), its lines to ``metrics.txt`` and each
+problem's price to problems.jsonl. The eval comparison stores accuracy against mean price per problem, paired with
+each reference model's (``paired_bootstrap.compare_accuracy_cost``), under ``"<benchmark>/accuracy_cost"``, tables
+the Pareto frontier (``accuracy_cost_table``, ``pareto_frontier``) and the report plots it."""
 
 from __future__ import annotations
 

@@ -1,28 +1,19 @@
 """Metrics over judged generations, defined as in NeMo-Skills' ``BaseMetrics``.
 
-Input: one row per (problem, sample) with columns ``problem_index``, ``sample_index`` (0..n-1, the
-seed order), ``predicted_answer`` (null when no answer), ``num_generated_tokens`` and one or more
-boolean score columns (``symbolic_correct``, ``judge_correct``). Every problem must have the same
-number of samples n. For each k in 1..n:
+Input: one row per (problem, sample) with ``problem_index``, ``sample_index`` (0..n-1, seed order),
+``predicted_answer`` (null when none), ``num_generated_tokens`` and boolean score columns (``symbolic_correct``,
+``judge_correct``); every problem has the same n. For each k in 1..n:
 
-- ``pass@k``: the unbiased estimator 1 - C(n-c, k) / C(n, k) from all n samples, c correct;
-  ``no_answer``: all of the first k samples have no answer.
-- ``pass@1[avg-of-k]``: mean correctness of the first k samples; ``no_answer``: share of the first
-  k without answer; for k >= 2 also ``{score}_statistics`` (avg, std_dev_across_runs,
-  std_err_across_runs, avg_sample_std_dev), as fractions.
-- ``majority@k`` (k >= 2): the most common non-empty answer among the first k; a tie scores the
-  mean correctness of the tied (answer, correctness) groups; no answer at all scores 0. (For programs judged
-  by running them, ``vote_keys`` hands in what each program did as its answer.)
+- ``pass@k``: the unbiased 1 - C(n-c, k) / C(n, k) over all n samples, c correct; ``no_answer``: none of the
+  first k has an answer.
+- ``pass@1[avg-of-k]``: mean correctness of the first k; ``no_answer``: their share without answer; for k >= 2
+  also ``{score}_statistics`` (avg, std_dev_across_runs, std_err_across_runs, avg_sample_std_dev), as fractions.
+- ``majority@k`` (k >= 2): the most common non-empty answer of the first k; a tie scores the mean correctness of
+  the tied (answer, correctness) groups; no answer scores 0 (``vote_keys``: programs' behaviour as answers).
 
-Percentages are 100 x mean over problems. ``num_entries`` counts problems and ``avg_tokens`` is the
-mean over problems of their mean generated tokens (an int, as NeMo-Skills prints it).
-
-Every k is computed in one pass over the n samples, vectorised over problems (numpy arrays of shape
-(n, problems)): cumulative sums give the "first k" means, a running Welford update the per-problem
-standard deviations, and a running (top count, tied groups, tied correct) state per problem the
-majority votes. ``snakeskills.results.metrics_reference`` is the plain per-problem loop the tests check this
-against.
-"""
+Percentages are 100 x mean over problems; ``num_entries`` counts problems; ``avg_tokens`` is the int mean over
+problems of their mean generated tokens. All k are computed in one vectorised pass (cumulative sums, Welford,
+running vote state); ``snakeskills.results.metrics_reference`` is the plain loop the tests check it against."""
 
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
 """Metrics chosen by name (config ``metrics`` and ``benchmarks.<name>.metrics``), computed by summarize beside
 NeMo-Skills' eval modes: a built-in one from ``METRICS``, or a user's own given as ``module:function``.
 
-A metric is a function ``(problems, **options) -> dict``: ``problems[p]`` holds problem p's judged rows, one per
-seed in seed order (each row a dict with every field of the judged file: the prepared problem's columns, such as
-MATH's ``level``, the generation and the verdicts); ``options`` are the metric's config keys other than
-``function``. What it returns is written to ``metrics.json`` under ``"<benchmark>/<name>"``: a dict whose leaves
-are numbers, strings, booleans or null, nested as the metric likes. Built-in ones:
+A metric is ``(problems, **options) -> dict``: ``problems[p]`` is problem p's judged rows in seed order (every field
+of the judged file); ``options`` are its config keys other than ``function``. The returned dict (leaves: numbers,
+strings, booleans, null) goes to ``metrics.json`` under ``"<benchmark>/<name>"``. Built-in ones:
 
-- ``by_field`` (``field``, ``score``): the headline eval modes (pass@1[avg-of-n], majority@n, pass@n) computed
-  over the problems of each value of a column, as NeMo-Skills reports a benchmark's subsets: MATH by level or
-  subject, MMLU-Pro by category.
-- ``pass_hat_k`` (``score``): pass^k (Yao et al. 2024, tau-bench), the chance that k samples drawn without
-  replacement from a problem's n are all correct, C(c, k) / C(n, k), averaged over problems: how reliably, not
-  how often, a model solves a problem. pass^1 equals pass@1[avg-of-n].
-- ``tokens_by_verdict`` (``score``): the mean generated tokens of correct and of incorrect samples, and how many
-  of each.
+- ``by_field`` (``field``, ``score``): pass@1[avg-of-n], majority@n and pass@n per value of a column (MATH by
+  level, MMLU-Pro by category).
+- ``pass_hat_k`` (``score``): pass^k (Yao et al. 2024), C(c, k) / C(n, k) averaged over problems: how reliably a
+  model solves a problem. pass^1 equals pass@1[avg-of-n].
+- ``tokens_by_verdict`` (``score``): the mean generated tokens of correct and of incorrect samples, and their counts.
 
-``score`` (default ``symbolic_correct``) is the verdict column read (``judge_correct`` for the LLM judge's).
-"""
+``score`` (default ``symbolic_correct``) is the verdict column read (``judge_correct`` for the LLM judge's)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,17 @@
 """Is a gain real? Two models compared problem by problem on the same eval split.
 
-Each summarize job writes, beside ``metrics.json``, the problems' scores (``problems.jsonl``: id, samples, the
-number of correct samples). Here a tuned model's scores are paired with its base model's:
+Each summarize job writes ``problems.jsonl`` beside ``metrics.json`` (id, samples, correct samples); here a tuned
+model's scores are paired with its base model's:
 
-- **The gain and its confidence interval: a paired bootstrap over problems.** Each problem's score is the share of
-  its samples judged correct (the seeds averaged per problem), so the gain is exactly the difference of the two
-  models' pass@1[avg-of-n]. The problems, not the samples, are the independent units: a benchmark is a sample of
-  problems, and the samples of one problem share its difficulty, so resampling samples would understate the
-  uncertainty. Resampling problems with replacement, the same draw for both models (the pairing), keeps what the
-  two models share per problem out of the interval: a difference the models agree on problem by problem is
-  tighter than two independent intervals would say. No normal approximation: scores are shares of a few samples.
-  The draws are fixed (seed 0) and summed in integers, so the interval is the same on every machine.
-- **The price difference and its interval**, where the problems' scores carry their samples' price (a run with
-  priced tools: ``cost_metrics``): each problem's price is the mean price of its samples, the difference is that of
-  the two models' mean price per problem, resampled with the same draws as the gain (the same problems in each
-  resample), summed in floats.
-- **Flips**: a problem counts as solved by a model when at least half of its samples are correct; each problem
-  falls in one of four groups (solved by the tuned model only, by the base model only, by both, by neither).
-"""
+- **The gain and its confidence interval: a paired bootstrap over problems.** A problem's score is its share of
+  correct samples (seeds averaged), so the gain is exactly the difference of pass@1[avg-of-n]. Problems are the
+  independent units (a problem's samples share its difficulty); resampling them with the same draw for both
+  models keeps what the models share per problem out of the interval. No normal approximation; the draws are
+  fixed (seed 0) and summed in integers, so the interval is the same on every machine.
+- **The price difference and its interval**, where scores carry prices (``cost_metrics``): a problem's price is
+  its samples' mean, resampled with the gain's draws, summed in floats.
+- **Flips**: a problem is solved by a model when at least half its samples are correct; each problem is solved by
+  the tuned model only, the base model only, both, or neither."""
 
 from __future__ import annotations
 

@@ -247,3 +247,13 @@ def training_data_fallback_warnings(model: str, method: str, stats: Mapping, thr
         f"credited by a fallback extraction (warnings.max_fallback_share {limit:g}%): {parts}. {_RISK}, and the round "
         f"learns them: {fixes} ({DOCS})"
     ]
+
+
+def online_reward_warnings(model: str, method: str, log_history: list, thresholds: Mapping) -> list[str]:
+    """For a method rewarded online by the judge: the fallback warning of the rewards its trainer logged
+    (``training_data_fallback_warnings`` on the credited counts of its ``log_history``); none for the others."""
+    from snakeskills.training.grpo_rewards import credited_counts_of
+
+    if not training_method(method).judges_rewards:
+        return []
+    return training_data_fallback_warnings(model, method, credited_counts_of(log_history or []), thresholds)

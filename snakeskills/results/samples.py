@@ -1,19 +1,14 @@
 """A few judged samples of each model and benchmark, to read beside the metrics: the problem, the generation, the
-extracted answer, the verdict and how the answer was found (``extraction_route``), correct and incorrect ones. A
-sample that called tools shows its calls (count, errors, timeouts, seconds, cost) and, in its generation, what the
-tools wrote (``tool_output_spans``) marked apart from what the model wrote.
+extracted answer, the verdict and its ``extraction_route``, correct and incorrect ones; a tool-calling sample also
+shows its calls (count, errors, timeouts, seconds, cost) and the tools' outputs (``tool_output_spans``) marked.
 
-The choice is fixed by a seed: each (model, benchmark, split) and verdict draws from its own ``random.Random`` seeded
-with a string of the seed and those names, so the same results give the same samples on every machine and rerun,
-and the incorrect samples a filter by verdict shows are the ones shown beside the correct ones. Samples of distinct
-problems come first. Files are read twice, a light pass that keeps only each row's verdict, route and problem id,
-and one that reads the chosen rows, so a large eval split is never held in memory.
+The choice is fixed by a seed: each (model, benchmark, split) and verdict draws from a ``random.Random`` seeded with
+the seed and those names, so every machine and rerun shows the same samples. Distinct problems come first. Files are
+read in a light pass (verdict, route, id) and then for the chosen rows only, so no eval split is held in memory.
 
-Rendered as a standalone HTML page for the report (every text escaped: generations are untrusted) and as plain text
-for the terminal (``python3 -m snakeskills.cli samples``), where long texts can be cut to their start and end.
-About 580 lines: finding, choosing and both renderings stay in one module so that the report and the command show
-the same samples by the same rules; the HTML page is the part to move out if it grows.
-"""
+Rendered as a standalone HTML page for the report (every text escaped: generations are untrusted) and as text for
+``python3 -m snakeskills.cli samples`` (long texts cut to start and end). About 580 lines so that the report and the
+command choose by the same rules; the HTML page is the part to move out if it grows."""
 
 from __future__ import annotations
 

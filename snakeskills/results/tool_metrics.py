@@ -1,22 +1,19 @@
 """Tool use of one model on one benchmark, from its judged records of a run with tools (``snakeskills.tools.loop``
-writes the fields): how often it calls its tool, whether the samples that call are more often right than those
-that answer in one turn, and how the calls went. Summarize writes the block to ``metrics.json`` under
-``"<benchmark>/tools"`` (``tool_metrics``) and two lines of it to ``metrics.txt``; the eval comparison tables it per
-model (``tool_use_table``) and the report plots it (``report.plot_tool_use``). Records without the fields (a run
-without tools) give no block, and nothing of it appears anywhere.
+writes the fields): how often it calls, whether calling samples are more often right than one-turn ones, and how the
+calls went. Summarize writes ``"<benchmark>/tools"`` to ``metrics.json`` (``tool_metrics``) and two lines to
+``metrics.txt``; the comparison tables it (``tool_use_table``), the report plots it (``report.plot_tool_use``).
+Records without the fields give no block anywhere.
 
-The record fields read, each summed over a benchmark's samples (every seed pooled):
+Record fields read, summed over a benchmark's samples (seeds pooled):
 
-- ``code_rounds_executed``: the tool calls the sample made (NeMo-Skills' name);
-- ``tool_errors``: calls that raised or failed (a timed-out call is a timeout, not an error);
-- ``num_code_timeouts``: calls killed at the tool's time limit;
-- ``code_execution_time``: seconds the sample's calls took;
-- ``tool_call_over_limit``: the sample tried a call past ``tools.max_calls`` (not run: the sample ended there);
+- ``code_rounds_executed``: the sample's tool calls (NeMo-Skills' name);
+- ``tool_errors``: calls that raised or failed (a timeout is not an error);
+- ``num_code_timeouts``: calls killed at the time limit;
+- ``code_execution_time``: seconds the calls took;
+- ``tool_call_over_limit``: a call past ``tools.max_calls`` was tried (not run; the sample ended);
 - ``symbolic_correct``: the verdict.
 
-A record without a field (or with null there) counts as none of it: no call, no error; a total no record has a
-field for is null (NeMo-Skills' records, say, have no ``tool_errors``).
-"""
+A missing or null field counts as none; a total no record has a field for is null."""
 
 from __future__ import annotations
 

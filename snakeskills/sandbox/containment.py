@@ -1,17 +1,13 @@
 """The sandbox a program a model wrote runs in (``judge.sandbox``): bubblewrap (``bwrap``) by default, or none.
 
-With ``bwrap`` each run gets Linux namespaces of its own (``--unshare-all``): no network (a loopback of its own),
-its own process tree (it sees and signals only its own processes, and all of them die with it: ``--die-with-parent``
-on a PID namespace whose first process is bubblewrap's), its own IPC, host name and user namespace, in which it runs
-as ``nobody`` with no capabilities. Its file system holds only what Python needs, read-only (``/usr`` and the
-interpreter's own prefixes, never the workflow, its results or the home folder, unless the interpreter lives
-there: then only its folder), a private ``/tmp`` and ``/dev/shm`` of ``TMP_BYTES`` each, a fresh ``/proc`` showing
-only its own processes, and its run folder, the only place it can write, mounted at ``/sandbox``.
+With ``bwrap`` each run gets its own namespaces (``--unshare-all``): no network, its own process tree (all of it dies
+with the run), IPC, host name and user namespace, running as ``nobody`` without capabilities. Its file system is
+read-only and holds only what Python needs (``/usr`` and the interpreter's prefixes, never the workflow, results or
+home folder), a private ``/tmp`` and ``/dev/shm`` of ``TMP_BYTES`` each, its own ``/proc``, and its run folder, the
+only writable place, at ``/sandbox``.
 
-Without it (``none``) a program runs as the job's user with the job's files and network: only its resource limits
-(``code_execution``) hold. That is an explicit choice in the config, never a fallback: when bubblewrap cannot start
-on a node, ``check_sandbox`` stops the plan or the job saying what is missing.
-"""
+With ``none`` a program runs as the job's user with its files and network, under resource limits only. That is an
+explicit choice, never a fallback: when bubblewrap cannot start, ``check_sandbox`` stops the plan or the job."""
 
 from __future__ import annotations
 

@@ -1,25 +1,20 @@
 """Problem synthesis: new training problems written from the problems a model gets wrong, labelled by majority vote.
 
-The steps of one round, for one train benchmark (config key ``synthesis``; rules/synthesis.smk):
+One round, for one train benchmark (config key ``synthesis``; rules/synthesis.smk):
 
-1. ``select_sources``: the train problems that seed the writer. ``failed``: those the previous model (the base
-   model for round 1, round r-1 after that) solved in at most ``max_solved_share`` of its judged samples, the
-   DataEnvGym feedback; ``all``: any train problem. At most ``max_problems``, drawn by a seeded hash, weakest first.
-2. The writer samples ``new_per_problem`` texts per source through the ``generate`` rule (one random seed each).
-3. ``filter_problems``: parse each text into a problem (``parse_problem``); drop empty and too long ones, repeats
-   (normalized text, ``problem_key``), copies of a source or of any train problem, and problems too close to an
-   eval problem of any benchmark (``NgramIndex``: n-gram overlap after normalization). Every drop is counted.
-4. The solver samples ``num_samples`` solutions per kept problem (the ``generate`` rule again); ``label_problems``
-   (``snakeskills.synthesis.majority_labels``)
-   extracts their answers, groups them into equivalence classes (math-verify's, or exact), and takes the
-   majority class as ``expected_answer`` when its share of the samples reaches ``min_agreement``.
-   The solver's samples are judged against that label, so the ones that agree are SFT examples like any other.
+1. ``select_sources``: the seeds. ``failed``: train problems the previous model (the base model for round 1)
+   solved in at most ``max_solved_share`` of its judged samples (DataEnvGym's feedback); ``all``: any train
+   problem. At most ``max_problems``, drawn by a seeded hash, weakest first.
+2. The writer samples ``new_per_problem`` texts per source through the ``generate`` rule (one seed each).
+3. ``filter_problems``: parse each text (``parse_problem``); drop empty, too long and repeated ones
+   (``problem_key``), copies of a source or train problem, and those too close to any eval problem
+   (``NgramIndex``: n-gram overlap after normalization). Every drop is counted.
+4. The solver samples ``num_samples`` solutions per kept problem; ``label_problems``
+   (``snakeskills.synthesis.majority_labels``) takes the majority equivalence class of their answers as
+   ``expected_answer`` when its share reaches ``min_agreement``; the samples judged against it are SFT examples.
 
-Why plain n-gram sets for decontamination: the eval sets are small (thousands of problems), so an exact inverted
-index answers in milliseconds without a new dependency, and its overlap coefficient (shared n-grams over the
-shorter problem's) also catches an eval problem copied inside a longer text, which MinHash's Jaccard estimate
-(datasketch) discounts by the length difference; rapidfuzz's edit ratios would compare every pair.
-"""
+Why n-gram sets: the eval sets are small, so an exact inverted index is fast without a dependency, and its overlap
+coefficient catches an eval problem copied inside a longer text, which MinHash's Jaccard discounts."""
 
 from __future__ import annotations
 

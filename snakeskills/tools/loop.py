@@ -1,23 +1,17 @@
 """Tool-integrated generation on any backend: a model writes a call between the tags, the call runs, its output is
-appended in the output tags, and the model continues (NeMo-Skills' ``CodeExecutionWrapper``, for every backend of
-this project and batched).
+appended in the output tags, and the model continues (NeMo-Skills' ``CodeExecutionWrapper``, batched).
 
-``ToolLoop`` wraps a backend and answers ``generate`` as a backend does. Each row is a transcript that goes through
-turns: a turn generates until ``code_end`` (added to the stop strings), EOS or the row's remaining token budget;
-a turn that ended inside an open call hands the call to a pool of tool workers and the row leaves the batch, while
-the rows that are ready (new ones, and those whose tool returned) keep being generated, so no row waits for
-another's tool. A row ends when a turn ends without a call, when its budget of ``max_new_tokens`` model tokens is
-spent (tool outputs do not count), or at a call beyond ``max_calls`` (not run: the transcript ends there).
+``ToolLoop`` wraps a backend and answers ``generate`` as one. A turn generates until ``code_end`` (added to the stop
+strings), EOS or the row's remaining budget; a turn ending inside a call hands it to the tool workers and the row
+leaves the batch while ready rows keep generating. A row ends at a turn without a call, when its ``max_new_tokens``
+model tokens are spent (tool outputs do not count), or at a call beyond ``max_calls`` (not run).
 
-Every turn of a row is sampled from a seed made from the row's seed and the turn's number (``turn_seed``), and a
-tool's output depends only on the row's own calls, so a row's transcript is the same whichever rows share its
-batches, and a resumed job equals an uninterrupted one (a timed-out call is the exception a wall clock makes).
+Each turn is sampled with ``turn_seed`` (row seed, turn number) and a tool's output depends only on the row's calls,
+so a transcript does not depend on its batch-mates and a resumed job equals an uninterrupted one (timeouts aside).
 
-A later turn's input is the first one's plus the transcript: for token-id backends its exact token ids where the
-backend returns them (hf's ``keep_tokens``: what GRPO trains on), else the transcript's text encoded; for text
-backends the prompt plus the transcript; for messages backends the transcript as the assistant's unfinished reply
-(``GenerationRequest.assistant_prefix``).
-"""
+A later turn's input is the first one's plus the transcript: exact token ids where the backend returns them (hf's
+``keep_tokens``: what GRPO trains on), else the transcript's text encoded (token-id backends) or appended (text
+backends), or the assistant's unfinished reply (messages backends, ``GenerationRequest.assistant_prefix``)."""
 
 from __future__ import annotations
 
@@ -179,15 +173,12 @@ class ToolLoop:
     """A backend (``backend``) whose rows call a tool while they generate (``use``). ``generate`` returns the
     backend's results with the whole transcript as ``generation`` and the tool statistics in ``tools``.
 
-    Ids mode (a backend that returns its token ids: hf, the shared model server): a row's completion is its token ids,
-    and its text is always their decoding with special tokens (a tag may be one), so the ids GRPO trains on decode to
-    the transcript the judge reads, and each later turn continues from the ids so far. Of a call's close the model's
-    tokens stay (a closing tag written whole or in part, the rest of a token that ran past it); the loop encodes what
-    it appends, the tags as the protocol's tokens and the tool's output as plain text (never a control token). A
-    finished row's ids end with what ended it, which its text leaves out: its EOS, or the tokens of the stop string
-    (the last may run past it): the model learns to stop, as TRL trains on them. Text mode (an OpenAI-compatible
-    server, vLLM): the backend's text, the stop string cut, and a later turn's token ids are the transcript encoded
-    piece by piece, the tool outputs as plain text."""
+    Ids mode (hf, the shared model server): a row's completion is its token ids and its text their decoding with special
+    tokens, so the ids GRPO trains on decode to the text the judge reads; later turns continue from the ids. The model's
+    tokens of a call's close stay; appended tags are the protocol's tokens and tool output plain text (never a control
+    token). A finished row's ids end with its EOS or stop string's tokens (which its text leaves out), as TRL trains on
+    them. Text mode (OpenAI-compatible, vLLM): the backend's text with the stop string cut; a later turn's ids are the
+    transcript encoded piece by piece."""
 
     def __init__(self, backend, use: ToolUse):
         self.backend, self.use = backend, use

@@ -1,18 +1,13 @@
-"""A model as a tool (ToolOrchestra's "ask the expert"): a call's text is put to another model, in that model's own
-prompt (the call's text is the template's ``{problem}``), and its answer is the call's output.
+"""A model as a tool (ToolOrchestra's "ask the expert"): a call's text is the ``{problem}`` of that model's own
+prompt, and its answer is the call's output.
 
-The model is any configured one, in the teacher's shape (``tools.models.<name>``: ``model``, ``prompt``,
-``generation``). One whose weights are local (hf, vllm) is always loaded by the shared model server of its settings
-(``backends.model_server``): once per node, whatever its ``generation.share_model.enabled`` says, and reused by every
-job that asks it (the student's generate jobs, the GRPO rollouts, the model's own eval jobs when it is evaluated
-alone), never loaded per job. One behind an OpenAI-compatible server is asked there.
+The model is configured in the teacher's shape (``tools.models.<name>``: ``model``, ``prompt``, ``generation``).
+Local weights (hf, vllm) are always served by the shared model server of its settings (``backends.model_server``),
+once per node whatever ``generation.share_model.enabled`` says; an OpenAI-compatible model is asked at its server.
 
-In a job, the calls of every sample go to one ``AskedModel`` per tool, which sends the calls that wait at the same
-time as one batch (the tool loop runs ``tools.workers`` calls at once). Each call is sampled from a seed made from
-its sample's seed, the tool's name and the call's number (``call_seed``), so an answer does not depend on which
-calls share its batch, and a resumed job asks again what it asked before. A call waits at most
-``tools.timeout_seconds`` for its answer (a hung model times its calls out; the job goes on).
-"""
+In a job, one ``AskedModel`` per tool batches the calls that wait together. Each call's seed comes from its
+sample's seed, the tool's name and the call's number (``call_seed``), so an answer does not depend on its batch and
+a resumed job asks the same. A call waits at most ``tools.timeout_seconds``; the job goes on."""
 
 from __future__ import annotations
 

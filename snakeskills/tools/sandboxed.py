@@ -1,27 +1,17 @@
-"""The tools whose calls run as programs in the code judge's sandbox (``sandbox.program_runner.run_once``, by
-default bubblewrap: no network, no view of the job's files, environment or processes): Python, and a user's own
-``module:function``. Each call is one fresh run under ``tools.timeout_seconds`` (wall clock, the whole run) and
-``tools.memory_limit_mb``; nothing lives on between calls, so one sample's session never sees another's.
+"""The tools whose calls run as programs in the code judge's sandbox (``sandbox.program_runner.run_once``):
+Python, and a user's ``module:function``. Each call is one fresh run under ``tools.timeout_seconds`` (wall clock)
+and ``tools.memory_limit_mb``; nothing lives on between calls, so samples never see each other.
 
-The Python tool keeps a sample's state across its calls as NeMo-Skills' sandbox sessions do: each run replays the
-session's earlier calls that succeeded, their output discarded, then runs the new one, whose standard output alone
-is shown. Like a notebook cell, a call whose last statement is a bare expression that printed nothing shows that
-value's ``repr`` (``2+3`` shows ``5``). A call that raises shows the exception's last lines (its type and message,
-with the place of a syntax error), never a traceback through the harness or the job's paths. Python's ``random`` is
-seeded alike in every run (``RANDOM_SEED``), so a replayed call draws what it drew the first time and a call's
-output depends only on its sample's calls (a rerun of a sample gives it again); other sources of chance or time (numpy's
-generator, the clock, files written) may differ on a replay, and a replayed call that fails then is passed over.
-The replays count against the time limit: a session of many slow calls reaches it sooner.
+The Python tool keeps a sample's state as a NeMo-Skills session does: each run replays the session's earlier
+successful calls (output discarded), then the new one, whose standard output alone is shown. A last bare expression
+that printed nothing shows its ``repr``; an exception shows its type and message, never a traceback. ``random`` is
+seeded alike in every run (``RANDOM_SEED``) so a replay draws the same; a replayed call that fails (other chance,
+the clock) is passed over. Replays count against the time limit.
 
-A user's tool is a function that takes the call's text (a str) and returns a str (or what ``str()`` makes one);
-what it returns is shown as it is, after anything it printed. It is trusted code, but its argument is the model's,
-so it runs in the sandbox too: its module's source (its file, or its top-level package's folder) is copied into
-the run's folder and imported from there, and the text reaches it through standard input. So the module must run
-from its own file or package with the interpreter's installed packages: a sibling module beside a one-file module,
-files outside its package, the user's site-packages, the network and the job's files are out of its reach. A
-module installed in the interpreter's own site-packages is imported where it lies (the sandbox shows it read-only).
-The plan imports it in the sandbox once (``probe_user_tool``), so a module that cannot run there stops the plan.
-"""
+A user's tool takes the call's text (str) and returns a str (or what ``str()`` makes one), shown after anything it
+printed. Its argument is the model's, so it runs in the sandbox: its module's file (or top-level package folder) is
+copied into the run's folder, or imported in place from the interpreter's site-packages, and gets the text on
+standard input; nothing else of the user's is in reach. The plan imports it there once (``probe_user_tool``)."""
 
 from __future__ import annotations
 

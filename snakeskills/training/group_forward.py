@@ -1,15 +1,13 @@
-"""GRPO's forwards with each group's prompt computed once. A GRPO batch holds ``num_generations`` completions of each
-problem, so TRL's forwards (the reference's, the old policy's, the policy's with its backward) run every prompt that
-many times. Here each distinct prompt goes through the model once, its keys and values (still in the autograd graph)
-are copied to every completion of the prompt, and only the completions go through the model after it: the log-
-probabilities of the completions' tokens are those of the whole sequences (the same positions and masks), up to
-rounding, and the gradient reaches the prompt's pass through the copies.
+"""GRPO's forwards with each group's prompt computed once. A GRPO batch holds ``num_generations`` completions per
+problem, so TRL's forwards (reference, old policy, policy) run every prompt that many times. Here each distinct
+prompt goes through the model once, its keys and values (in the autograd graph) are copied to each of its
+completions, and only the completions follow: the same log-probabilities up to rounding, and the gradient reaches
+the prompt through the copies. The completions' pass takes the prompt's last token, so every scored token goes
+through TRL's own fused LM head.
 
-The completions' pass takes the prompt's last token with it, so the first completion token's log-probability comes
-from TRL's own fused LM head like every other (its temperature, its float32 projection, only the scored positions).
-Anything this does not cover (images, a MoE's auxiliary loss, activation checkpointing, which would recompute the
-cache's updates, and several processes, whose DDP wrapper has not been checked with two forwards before a backward)
-goes through TRL's own forward (``trl_forward_reason`` says why; the trainer logs each path it takes once a round)."""
+Images, a MoE's auxiliary loss, activation checkpointing and several processes (DDP with two forwards per backward
+is unchecked) go through TRL's own forward (``trl_forward_reason`` says why; the trainer logs each path once a
+round)."""
 
 from __future__ import annotations
 

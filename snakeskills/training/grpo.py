@@ -399,14 +399,15 @@ def saving_at_samplings(cycle: int):
     return SaveAtSamplings()
 
 
-def grpo_sampling(config: dict) -> dict:
-    """How GRPO samples while it trains: grpo.sampling, its null keys the student's generation.sampling."""
-    student, own = config["generation"]["sampling"], config["grpo"]["sampling"]
+def filled_sampling(config: dict, method: str) -> dict:
+    """How a method samples while it trains: ``<method>.sampling``, its null keys the student's
+    generation.sampling."""
+    student, own = config["generation"]["sampling"], config[method]["sampling"]
     return {key: student[key] if own[key] is None else own[key] for key in own}
 
 
 def typed_sampling(sampling: dict) -> Sampling:
-    """``grpo_sampling``'s dict (a rule's params) as the trainer samples with it: without stop strings (a
+    """``filled_sampling``'s dict (a rule's params) as the trainer samples with it: without stop strings (a
     completion ends at EOS or max_new_tokens)."""
     return Sampling.from_dict({**sampling, "stop": []}, "grpo.sampling")
 
@@ -429,7 +430,7 @@ def check_config(config: dict, processes: int) -> None:
             f"config key grpo.steps_per_generation ({steps_per_generation}) must be a multiple of "
             f"grpo.training.gradient_accumulation_steps ({accumulation}): one sampling serves whole optimizer steps"
         )
-    if not typed_sampling(grpo_sampling(config)).temperature:
+    if not typed_sampling(filled_sampling(config, "grpo")).temperature:
         raise SnakeskillsError(
             "config key grpo.sampling.temperature is 0 (or null and generation.sampling.temperature is 0): a "
             "group of greedy completions is all alike and GRPO learns nothing; sample with a temperature above 0"

@@ -71,6 +71,8 @@ class TrainingMethod:
     # group of completions, num_generations); a batch is then only ever whole (TRL's sampler drops a partial one).
     # None: a batch is batch_size records, the last one of a pass partial
     batch_units_key: str | None = None
+    # the section's sampling keys left null take the student's generation.sampling (the plan fills them)
+    fills_sampling: bool = False
     # its records that rest on a verdict of correct, in words (a round's stats.json counts how many of them a fallback
     # extraction credited: judging/extraction_routes.credited_counts). None: it keeps no judged samples (GRPO)
     credited: str | None = None
@@ -176,6 +178,7 @@ GRPO = TrainingMethod(
     frozen_reference=True,
     score_key=None,
     samples_while_training=True,
+    fills_sampling=True,
     batch_units_key="num_generations",
 )
 

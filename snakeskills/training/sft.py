@@ -65,22 +65,17 @@ def sft_trainer(
     """TRL's ``SFTTrainer`` for ``model`` on ``examples`` (``prompt_ids``, ``completion``), with the loss on the
     completions only; returns (trainer, the checkpoint to resume from or None).
 
-    ``training`` is a training section (sft.training, tiny_model.training): ``batch_size`` is the examples per
-    optimizer step: each of the ``processes`` takes ``batch_size / (processes x gradient_accumulation_steps)`` per
-    forward pass. ``bf16`` "auto" trains in bfloat16 mixed precision where the GPU supports it (float32 on a CPU).
-    ``packing`` puts several examples in one row
-    (TRL's best-fit decreasing, without padding; each example attends to itself only, by its position ids).
+    ``training`` is a training section (sft.training, tiny_model.training): ``batch_size`` is examples per optimizer
+    step, each of the ``processes`` taking ``batch_size / (processes x gradient_accumulation_steps)`` per forward.
+    ``bf16`` "auto": bfloat16 mixed precision where the GPU supports it. ``packing``: several examples per row (TRL's
+    best-fit decreasing, no padding, each attending to itself by its position ids).
 
-    A checkpoint is saved under ``output_dir`` every ``checkpoint_minutes`` of training and every
-    ``checkpoint_steps`` steps (0: not by that measure), and training resumes from the newest complete one found
-    there (a rerun after a kill continues, not restarts), provided it was written by the same run:
-    ``run_identity`` (what the model is, e.g. its paths), the hyperparameters and the examples must match, or the
-    old checkpoints are discarded.
+    A checkpoint is saved under ``output_dir`` every ``checkpoint_minutes`` and every ``checkpoint_steps`` (0: not by
+    that measure); training resumes from the newest complete one if ``run_identity``, the hyperparameters and the
+    examples match, else the checkpoints there are discarded.
 
-    With ``processes > 1`` this runs in each of the processes ``accelerate launch`` started (its
-    ``WORLD_SIZE`` must match), and ``distributed`` "fsdp" shards the model across them instead of
-    replicating it (DDP).
-    """
+    With ``processes > 1`` this runs in each ``accelerate launch`` process (``WORLD_SIZE`` must match);
+    ``distributed`` "fsdp" shards the model instead of replicating it (DDP)."""
     from trl import SFTConfig, SFTTrainer
 
     if not examples:
