@@ -1,15 +1,12 @@
 """Functions chosen by name from a table of built-in ones, or a user's own given as ``module:function`` (the anchor
-is NeMo-Skills' ``module::Class`` hook). A user's function is imported when the plan is made, so a name that does
-not import stops the plan naming the config key, and it is imported again in each job that calls it: its module
-must be importable where jobs run (installed, or on ``PYTHONPATH``; ``python -m snakemake`` puts the working
-directory on the path).
+is NeMo-Skills' ``module::Class`` hook). A user's function is imported when the plan is made (a name that does not
+import stops the plan, naming the config key) and again in each job that calls it, so its module must be importable
+where jobs run (installed, or on ``PYTHONPATH``).
 
-Every hook (``judge.extraction``, ``judge.equivalence``, ``metrics``) is called through one place, ``Chosen.call``
-(one row) or ``Chosen.call_on_rows`` (many rows at once): what a user's function raises becomes a
-``UserFunctionError`` naming the config key, the function, the row it was called on (or held when it raised), the
-exception's type and last line and where in the user's file it was raised; its ``details`` (the user's part of the
-traceback) go to the job's log (``job.script_logging``), the message to the console and the log, and the job exits
-non-zero before it writes its outputs."""
+Every hook (``judge.extraction``, ``judge.equivalence``, ``metrics``) is called through ``Chosen.call`` (one row) or
+``Chosen.call_on_rows`` (many): what a user's function raises becomes a ``UserFunctionError`` naming the config key,
+the function, the row, the exception's type and last line and where in the user's file it was raised; its
+``details`` (the user's traceback) go to the job's log, and the job exits non-zero before writing its outputs."""
 
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """transformers backend: batched decoding of padded prompts on CPU or CUDA, LoRA adapters via peft.
 
-The backend runs its own decoding loop over a transformers model and its KV cache rather than
-``model.generate``: prompts are batched longest first, the tokens that open every prompt of a batch go through
-the model once (``HFBackend.batch_layout``), and rows that finished (EOS or a stop string) leave the batch.
-Each row's token is drawn by ``draw_tokens``: Gumbel noise hashed from (row seed, step, token id) on the
-model's device is added to the (top-k/top-p filtered) logits and the argmax taken, an exact draw from the
-filtered softmax. A row's tokens therefore depend on its seed only, not on its batch neighbours, so a resumed
-or re-chunked run reproduces the same samples.
+Its own decoding loop rather than ``model.generate``: prompts batched longest first, the shared opening of a batch's
+prompts computed once (``HFBackend.batch_layout``), finished rows (EOS, stop string) leaving the batch. Tokens are
+drawn by ``draw_tokens`` (seeded Gumbel-max), so a row's tokens depend on its seed only and a resumed or re-chunked
+run reproduces them.
 
-One module of about 600 lines: the decoding loop, its batch layout (shared prompt opening, padding), KV cache,
-sampling and stop handling share their state and are read together.
-"""
+One module of about 600 lines: the decoding loop, its batch layout, KV cache, sampling and stop handling share their
+state and are read together."""
 
 from __future__ import annotations
 
@@ -128,15 +124,10 @@ def counter_gumbel(seeds, step: int, token_ids):
 def draw_tokens(logits, seeds, step: int, sampling: SamplingParams):
     """Each row's next token: temperature, top-k, top-p, then a seeded Gumbel-max draw, on the logits' device.
 
-    Row i's token at decoding step t is the argmax over its candidate tokens v of
-    ``logits[v] / temperature + counter_gumbel(seed_i, t, v)``: the Gumbel-max trick, an exact draw from the
-    (top-k/top-p filtered) softmax, computed for the whole batch at once (no per-row generator, no copy from
-    the host). With top-k or top-p the draw happens among the sorted candidates, and noise is computed only
-    for the kept ones. A row's sample therefore depends on its seed and its own logits only, not on its batch
-    neighbours, the batch size or the chunking, so a resumed or re-chunked run reproduces it; an argmax only
-    changes when float noise in the logits exceeds the gap between the two best tokens, which batching's
-    rounding differences almost never do. Temperature 0 is greedy.
-    """
+    Row i's token at step t is the argmax over candidates v of ``logits[v] / temperature + counter_gumbel(seed_i, t,
+    v)``, an exact draw from the filtered softmax, for the whole batch at once (noise only for top-k/top-p's kept
+    tokens). A sample depends on its seed and its own logits only, not on batch or chunking (rounding flips an argmax
+    almost never). Temperature 0 is greedy."""
     import torch
 
     if sampling.temperature == 0:
@@ -490,19 +481,15 @@ class HFBackend:
         on_step=None,
         budgets: list[int] | None = None,
     ):
-        """Decode one batch (``batch_layout``) with a KV cache: (generated token ids per row, per row the number
-        of tokens up to and including its EOS or the token that completed a stop string or its budget, or None
-        if it ran to ``max_new_tokens``, per row its tokens' log-probabilities when ``keep_tokens``, else empty
-        lists, and the rows that ended at their own budget).
-        ``budgets``: each row's own ``max_new_tokens`` (a tool loop's turns), else the sampling's for all.
+        """Decode one batch (``batch_layout``) with a KV cache; returns (generated token ids per row; per row the
+        number of tokens up to and including its EOS, completed stop string or budget end, or None if it ran to
+        ``max_new_tokens``; per row its tokens' log-probabilities when ``keep_tokens``, else empty lists; the rows that
+        ended at their own budget). ``budgets``: each row's own ``max_new_tokens`` (a tool loop's turns), else the
+        sampling's for all.
 
-        Unlike ``model.generate``, finished rows leave the batch: they are dropped from the KV cache and every
-        per-row tensor (``_time_to_compact`` says when), so later steps compute only the rows still running.
-        Positions follow each row's own prompt length (left padding), as in ``generate``; a shared prefix is
-        computed once (``_prefill``). Stop strings are matched across token boundaries by transformers'
-        ``StopStringCriteria``. A compiled step uses a static cache of ``cache_length`` tokens (at least the
-        batch's need).
-        """
+        Finished rows leave the batch and its KV cache (``_time_to_compact`` says when). Positions follow each row's own
+        prompt length (left padding); a shared prefix is computed once (``_prefill``); stop strings match across tokens
+        (``StopStringCriteria``). A compiled step uses a static cache of ``cache_length`` tokens."""
         import torch
 
         input_ids, attention_mask, prefix_length = layout

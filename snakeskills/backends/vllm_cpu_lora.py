@@ -1,17 +1,13 @@
 """LoRA on vLLM's CPU platform, one matrix product per adapter instead of one per token.
 
-vLLM's CPU LoRA kernels (``vllm.lora.ops.torch_ops``, used by ``PunicaWrapperCPU``) gather each token's adapter
-matrix before multiplying: ``weights[indices]`` is a (tokens, rank, width) tensor for every LoRA layer, every
-step. With SmolLM2-135M, an adapter on every linear layer and vLLM's default ``max_lora_rank`` of 64, a prefill
-step of 2,048 tokens spends about 1 s in each of its 420 LoRA products on 2 cores (7 minutes a step), and a step of
-a whole context never ends within vLLM's RPC timeout; one matrix product per adapter takes 25 ms.
+vLLM's CPU LoRA kernels (``vllm.lora.ops.torch_ops``, ``PunicaWrapperCPU``) gather a (tokens, rank, width) adapter
+tensor per layer and step: about 1 s per product for a 2,048-token SmolLM2-135M prefill on 2 cores, against 25 ms
+for one product per adapter.
 
-``register`` replaces those kernels by ``grouped_product``: the tokens of each adapter index in one product (one
-index, and so one product, in a job of one adapter). It is a vLLM general plugin (entry point
-``vllm.general_plugins``, written into the environment ``snakeskills.backends.vllm_env`` creates), which vLLM
-loads in every process it starts, its engine process included. Results equal vLLM's kernels up to float rounding
-(tests/external/test_vllm.py compares them). On GPUs vLLM uses its Triton kernels, which this leaves alone.
-"""
+``register`` replaces them by ``grouped_product`` (the tokens of each adapter index in one product). It is a vLLM
+general plugin (entry point ``vllm.general_plugins``, written into ``snakeskills.backends.vllm_env``'s environment),
+loaded in every vLLM process. Results equal vLLM's kernels up to float rounding (tests/external/test_vllm.py); GPU
+Triton kernels are left alone."""
 
 from __future__ import annotations
 

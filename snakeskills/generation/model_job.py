@@ -181,15 +181,13 @@ def ask_model_per_row(
     output_row: Callable[[dict, dict, object], dict],
     known: Callable[[dict], str | None] = lambda row: None,
 ) -> dict:
-    """Ask ``model`` about each row and write one output row per row, resumably; returns the counts of
-    ``process_resumable`` with ``model_calls`` and ``known`` (rows answered without the model) of this run.
+    """Ask ``model`` about each row and write one output row per row, resumably; returns ``process_resumable``'s
+    counts with this run's ``model_calls`` and ``known`` (rows answered without the model).
 
-    ``request_for(row)``: the row's request. ``known(row)``: the text where the answer is certain without the
-    model (it is then not asked), else ``None``. The text (the model's, or the known one) becomes the fields of
-    ``result_fields`` under ``key``, and ``output_row(row, fields, result)`` the output row (``result`` is the
-    backend's, ``None`` for a known row). ``inputs`` and ``settings`` (besides the prompt, sampling and reasoning)
-    decide the answers: they, ``model.fingerprint_files`` and the backend's weights (``loaded_weights``: a round
-    retrained in place under the same path does not resume the old weights' rows) make the fingerprint a resumed
+    ``request_for(row)``: the row's request. ``known(row)``: the certain answer text (the model is not asked), else
+    ``None``. The text becomes ``result_fields`` under ``key``, and ``output_row(row, fields, result)`` the output row
+    (``result``: the backend's, ``None`` for a known row). ``inputs``, ``settings``, ``model.fingerprint_files`` and
+    the loaded weights (``loaded_weights``, so a round retrained in place starts over) make the fingerprint a resumed
     job must match. ``label`` names the job in progress lines."""
     weights = loaded_weights(model.backend)
     job_fingerprint = fingerprint(

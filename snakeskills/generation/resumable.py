@@ -1,17 +1,12 @@
 """Row-by-row work that survives a kill: generation and LLM judging.
 
-Rows are processed in batches of ``rows_per_flush``; after each batch every row done so far is
-written (atomically) to ``<output>.progress``. Snakemake does not own that file, so it survives a
-killed or failed job, and the rerun processes only the rows that are missing. The output is
-written (atomically) when all rows are done, then the progress file is removed. The output itself is the
-completion marker: Snakemake reruns a job whose output is missing. Each row's result must depend on the row
-alone (per-row seeds), so a resumed output equals an uninterrupted one byte for byte.
+After each batch of ``rows_per_flush`` rows, every row done so far is written atomically to ``<output>.progress``,
+which Snakemake does not own, so a rerun processes only the missing rows. The output is written atomically when all
+rows are done (it is the completion marker), then the progress file is removed. Each row's result must depend on
+the row alone (per-row seeds), so a resumed output equals an uninterrupted one byte for byte.
 
-A progress file only resumes the job that wrote it: its first line holds a fingerprint of everything
-that decides the rows' results (settings, input files, model), and a rerun with another fingerprint
-(say, a changed temperature or a retrained adapter after the kill) starts over instead of mixing
-rows made two ways.
-"""
+A progress file's first line is a fingerprint of what decides the results (settings, inputs, model); a rerun with
+another fingerprint starts over instead of mixing rows made two ways."""
 
 from __future__ import annotations
 

@@ -1,17 +1,14 @@
 """How a judged answer was found: the route of each judged row's ``predicted_answer`` (its ``extraction_route``
-field), the one table of routes, how many verdicts each route gave (summarize's ``"<benchmark>/extraction_routes"``
-in metrics.json, and the counts a round's training data keeps in its stats.json), and the warnings when too many
-correct verdicts rest on a fallback.
+field), the one table of routes, how many verdicts each route gave (metrics.json's
+``"<benchmark>/extraction_routes"``, a round's stats.json), and the warnings when too many correct verdicts rest on
+a fallback.
 
-A fallback is a route that reads something other than the answer format its extraction method is named for:
-``judge.regex``'s last match in a text without ``\\boxed{}`` (``judge.extraction: boxed``), or the phrases and
-option texts ``multichoice`` reads beyond NeMo-Skills' ``\\boxed{}`` and ``Answer: X`` line. A fallback credits
-any text that ends on the right answer, wrong statements included: with the last number as ``judge.regex``,
-"221 is larger than 427" answers 427. Code answers have no fallback: their tests decide, whatever the route.
+A fallback reads something other than its method's named format: ``judge.regex``'s last match in a text without
+``\\boxed{}`` (``boxed``), or what ``multichoice`` reads beyond ``\\boxed{}`` and ``Answer: X``. It credits any
+text ending on the right answer, wrong statements included ("221 is larger than 427" answers 427). Code answers have
+no fallback: their tests decide.
 
-Rows judged before routes were recorded have no ``extraction_route``; they count as ``unknown``, never as a
-fallback.
-"""
+A row without ``extraction_route`` (older results) counts as ``unknown``, never as a fallback."""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ EXTRACTION_ROUTE = "extraction_route"
 ROUTES_METRIC = "extraction_routes"
 NO_ANSWER = "none"
 OWN_FUNCTION = "own function"
-# a row judged before routes were recorded (or by another tool)
+# a row without a route (older results, or another tool)
 UNKNOWN = "unknown"
 
 # the fixes of the fallbacks; {regex} and {extraction} stand for the config keys of the benchmark's judge settings
@@ -127,7 +124,7 @@ def credited_counts(routes: Iterable[str | None]) -> dict:
     """The counts a round's stats.json keeps of its credited examples (those judged correct that it trains on: SFT
     examples, DPO's chosen answers, KTO's desirable samples), given each one's route (``None``: unknown): ``credited``,
     ``fallback_credited`` (how many rest on a fallback route) and ``fallback_credited_by_route``; none where no route
-    is known (samples judged before routes were recorded)."""
+    is known (older samples)."""
     routes = list(routes)
     if all(route is None for route in routes):
         return {}

@@ -131,17 +131,15 @@ def extract_choice(text: str, *, regex: str | None) -> str | None:
 
     1. the last capital letter standing alone in the last ``\\boxed{}`` (without one: in ``regex``'s last match);
     2. the last ``Answer: X`` line (any case, markdown emphasis allowed);
-    3. the last phrase "answer/option/choice is X": "The answer is (D)", "the correct answer is **D**"; else the
-       last "X is correct": "A is correct", "B is the correct answer";
+    3. the last "answer/option/choice is X" ("The answer is (D)"), else the last "X is correct" ("B is the correct
+       answer");
     4. the last bold letter: "**D**", "**(D)**";
     5. a last line that is only a letter: "D", "(D)", "D.";
     6. the one line that opens with an option, when no other line does: "B. Ag", "15 + 21 = 36\\n\\nA. 36".
 
-    Where none of these gives a letter, ``judge_records`` takes the option whose text is the response's final value
-    (``option_named_by_value``: "24 + 19 = 43" answers the option "43").
-
-    1 and 2 are ``multichoice-strict`` (``extract_choice_strict``), what NeMo-Skills' evaluation reads; the others
-    read answers as models write them when they ignore the asked format (fallback routes: ``choice_and_route``)."""
+    Failing all, ``judge_records`` takes the option whose text is the final value (``option_named_by_value``). 1 and 2
+    are ``multichoice-strict`` (``extract_choice_strict``, NeMo-Skills' reading); the rest are fallback routes
+    (``choice_and_route``) for models that ignore the asked format."""
     return choice_and_route(text, regex)[0]
 
 

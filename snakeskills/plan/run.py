@@ -163,7 +163,7 @@ class Plan:
         settings = {**tiny, "training": without_save_timer(tiny["training"])}
         if tiny["tool_share"] and self.tools is not None:  # a bootstrap that shows the tool protocol
             return {**settings, "tools": self.tools.training_section().to_dict()}
-        # without: the keys a bootstrap without tools had, so that its results stand
+        # without: only the tool-free keys, so that a tool-free bootstrap's key and results stand
         return {key: value for key, value in settings.items() if key not in ("tool_completion", "tool_share")}
 
     def tiny_model_prompt(self) -> dict:

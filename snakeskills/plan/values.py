@@ -11,7 +11,7 @@ from snakeskills.training.methods import TRAINING_METHODS
 def check_model_name(name: str, key: str) -> None:
     """A model's name must not look like a tuned round's (sft-round1, dpo-round1, ...: every training method's)."""
     reserved = [method.tuned_model_name(1).removesuffix("1") for method in TRAINING_METHODS.values()]
-    reserved.append("round")  # SFT rounds' names in results written before they were sft-round<r>
+    reserved.append("round")  # SFT rounds' names in older results (round<r>)
     if name.startswith(tuple(reserved)):
         *others, last = (f"'{prefix}'" for prefix in reserved)
         raise SnakeskillsError(

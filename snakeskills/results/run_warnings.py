@@ -213,7 +213,7 @@ def metrics_fallback_warnings(
 ) -> list[str]:
     """The warning when more of a model's correct verdicts on a benchmark than ``warnings.max_fallback_share``
     (percent) rest on a fallback route. ``summary``: the benchmark's ``"<benchmark>/extraction_routes"`` from
-    metrics.json (None where its rows were judged before routes were recorded: no warning); ``own_judge``: the
+    metrics.json (None for older results without routes: no warning); ``own_judge``: the
     benchmark's own judge section (``benchmarks.<name>.judge``), which says which config key to name."""
     if summary is None:
         return []

@@ -85,8 +85,8 @@ class SampleGroup:
 
 
 def route_of(record: dict) -> str:
-    """How the record's answer was found (``extraction_route``), ``unknown`` for a record judged before routes were
-    recorded (as metrics.json counts it)."""
+    """How the record's answer was found (``extraction_route``), ``unknown`` for a record without one (as
+    metrics.json counts it)."""
     route = record.get(EXTRACTION_ROUTE)
     return UNKNOWN if route is None else str(route)
 

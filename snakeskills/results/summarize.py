@@ -44,7 +44,7 @@ FINISH_REASON = "finish_reason"
 REQUIRED_FIELDS = ("id", "predicted_answer", "symbolic_correct", "num_generated_tokens")
 # fields that may be null in a judged row (no answer; a program that passed)
 NULLABLE_FIELDS = ("predicted_answer", EXECUTION_ERROR)
-# read when the first row has it; a row without it (judged before routes were recorded) reads null: unknown
+# read when the first row has it; a row without it (older results) reads null: unknown
 OPTIONAL_FIELDS = (EXTRACTION_ROUTE,)
 
 
@@ -198,8 +198,8 @@ def _cost_rows_per_row(path: str | Path):
 
 
 def _with_routes_alike(seeds: list[pl.DataFrame]) -> list[pl.DataFrame]:
-    """Every seed with an ``extraction_route`` column (null: unknown) where any has one: a seed judged before routes
-    were recorded lines up with one judged after."""
+    """Every seed with an ``extraction_route`` column (null: unknown) where any has one, so that older and newer
+    seeds line up."""
     if not any(EXTRACTION_ROUTE in seed.columns for seed in seeds):
         return seeds
     return [

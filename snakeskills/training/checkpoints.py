@@ -128,8 +128,8 @@ def claim_checkpoints(arguments, run_identity: dict, hyperparameters: dict, exam
 def checkpoint_timer(minutes: float, clock=time.monotonic):
     """A TrainerCallback that saves a checkpoint at the end of the first step that ends ``minutes`` or more (by
     ``clock``, in seconds) after training started or resumed, or after the last checkpoint was saved (by it or by
-    ``checkpoint_steps``); 0: never. Not at the last step, nor where training stops (a callback before it said so):
-    the trained model is saved right after. In several processes the main process's clock decides for all (they
+    ``checkpoint_steps``); 0: never. Not at the last step, nor where training stops: the
+    trained model is saved right after. In several processes the main process's clock decides for all (they
     save together). Saving does not change the weights: the Trainer saves the RNG states with the checkpoint and
     restores them when it resumes. Each checkpoint saved, whatever asked for it, is a line in the job's log."""
     from transformers import TrainerCallback

@@ -1,16 +1,14 @@
-"""GRPO's rollouts through the project's own decoding loop: the completions GRPO learns from are sampled by the hf
-backend's loop (``HFBackend``: a seed per completion, finished rows leave the batch, a prompt opening shared by the
-batch computed once), as the generate stage samples, on the policy's weights at that step, and handed to TRL's
-``GRPOTrainer`` through its ``rollout_func`` hook with each token's log-probability.
+"""GRPO's rollouts through the project's own decoding loop: GRPO's completions are sampled by the hf backend's
+loop (``HFBackend``: a seed per completion, finished rows leave the batch, a shared prompt opening computed once) on
+the policy's current weights, and handed to TRL's ``GRPOTrainer`` through ``rollout_func`` with each token's
+log-probability.
 
-A LoRA policy is sampled from a folded copy (``FoldedPolicy``): one copy of the model whose adapted weights are
-W + the adapter's update, refreshed before each sampling from the adapter being trained, so decoding runs plain
-matrix products instead of the base layer plus two low-rank products per adapted layer. The trainer's own weights are
-never touched (merging the adapter in place and out again would drift the frozen weights by rounding every step).
+A LoRA policy is sampled from a folded copy (``FoldedPolicy``: W + the adapter's update, refreshed before each
+sampling), so decoding runs plain matrix products; the trainer's weights are never merged in place (rounding would
+drift the frozen weights).
 
-Completion ``index`` of the sampling at optimizer step ``step`` has the seed ``row_seed(seed, "grpo/<step>/<index>")``:
-a function of the run's seed, the step and the completion's place in the batch alone, so a run resumed from a
-checkpoint samples what the uninterrupted run sampled."""
+Completion ``index`` at optimizer step ``step`` has the seed ``row_seed(seed, "grpo/<step>/<index>")``, so a
+resumed run samples what the uninterrupted one did."""
 
 from __future__ import annotations
 

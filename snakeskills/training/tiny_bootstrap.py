@@ -140,7 +140,7 @@ def build_and_bootstrap(
 def bootstrap_miss(metrics: dict) -> str | None:
     """One line saying that a bootstrap ended below its target (what it reached, what was asked, what to change),
     from its metrics (``BOOTSTRAP_METRICS_FILE``); ``None`` when it reached the target."""
-    if metrics.get("reached_target", True):  # a checkpoint built before targets were recorded says nothing
+    if metrics.get("reached_target", True):  # an older checkpoint's metrics have no target: nothing
         return None
     return (
         f"warning: the tiny model's bootstrap missed its target: greedy validation accuracy "

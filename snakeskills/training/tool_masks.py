@@ -1,16 +1,13 @@
 """The tokens of a trained answer that a tool wrote, left out of the loss: SFT, DPO and KTO train on judged
-transcripts whose tool output blocks the generation loop appended (the record's ``tool_output_spans``, character
-spans ``[start, end)`` of the transcript; ``tools.loop``), and the model must not learn to predict them.
+transcripts whose tool outputs the loop appended (the record's ``tool_output_spans``, character spans
+``[start, end)``; ``tools.loop``), and the model must not learn to predict them.
 
-The spans travel with the answer's text through each method's records (``trained_spans``: the spans of the text a
-sample teaches); each trainer tokenizes an answer once, with its loss mask (``completion_ids_and_mask``: 0 on every
-token that overlaps a span); SFT zeroes those tokens in TRL's ``completion_mask``, and DPO's and KTO's trainers
-(``LossMaskedTrainer``) multiply the rows' loss masks (``loss_mask_column``) into the completion masks TRL's
-collators build, which every log-probability they sum reads: the policy's, the reference's (in each step and
-precomputed), the KL estimate's and RPO's NLL term.
+The spans travel with the text through each method's records (``trained_spans``); each trainer tokenizes an answer
+once with its loss mask (``completion_ids_and_mask``: 0 on every token overlapping a span). SFT zeroes those tokens
+in TRL's ``completion_mask``; DPO's and KTO's trainers (``LossMaskedTrainer``) multiply ``loss_mask_column`` into
+the collators' completion masks, which every summed log-probability reads (policy, reference, KL, RPO's NLL).
 
-An answer without tool output adds no key anywhere: its records, rows and datasets are what they were before tools.
-"""
+An answer without tool output adds no key anywhere."""
 
 from __future__ import annotations
 
