@@ -72,7 +72,7 @@ def check_config(
     _check_grpo_vllm(config, gpus_available)
     check_methods(config, training_processes(config, gpus_available))
     _check_student_backend(config)
-    _check_sft(config, gpus_available)
+    _check_sft(config, _check_training(config, gpus_available))
     if config["teacher"] is not None:
         check_teacher(config)
     if config["synthesis"] is not None:
@@ -295,14 +295,14 @@ def _check_grpo_vllm(config: dict, gpus_available: bool) -> None:
     )
 
 
-def _check_sft(config: dict, gpus_available: bool) -> None:
+def _check_sft(config: dict, processes: int) -> None:
+    """The sft section beside the training run (``processes``: each training job's)."""
     sft = config["sft"]
     if sft["method"] == "full" and sft["merge"]:
         raise SnakeskillsError(
             "config key sft.merge applies to sft.method lora (base + adapter merged); sft.method full already "
             "writes each round's full checkpoint (models/sft-round{r}/checkpoint)"
         )
-    processes = _check_training(config, gpus_available)
     if "sft" in config["methods"]:
         training = sft["training"]
         check_batch_divides(training["batch_size"], processes, training["gradient_accumulation_steps"], "sft.training")
