@@ -89,10 +89,14 @@ def test_a_missing_vllm_environment_stops_the_plan_with_the_command_that_creates
 
 def test_vllm_cpu_jobs_ask_for_no_gpu(tmp_path):
     from snakeskills.backends.specs import BACKENDS
+    from snakeskills.settings.generation import Generation
 
-    section = {"backend": "vllm", "vllm": {"python": "vllm-cpu", "tensor_parallel_size": 2}}
-    assert BACKENDS["vllm"].job_gpus(section, True) == 0
-    assert BACKENDS["vllm"].job_gpus({**section, "vllm": {"python": None, "tensor_parallel_size": 2}}, True) == 2
+    def section(python):
+        vllm = {"python": python, "tensor_parallel_size": 2}
+        return Generation.filled({"backend": "vllm", "vllm": vllm, "sampling": {"max_new_tokens": 8}})
+
+    assert BACKENDS["vllm"].job_gpus(section("vllm-cpu"), True) == 0
+    assert BACKENDS["vllm"].job_gpus(section(None), True) == 2
 
 
 def test_a_job_hands_itself_over_to_the_python_its_settings_name(tmp_path):
