@@ -36,14 +36,6 @@ class ToolsPlan:
         self.evaluated_models = [name for name, model in self.models.items() if model.evaluate]
         self.priced = tools.priced
 
-    def tool_names(self) -> list[str]:
-        """Every tool by the name its records and rewards use: the program tool's (``tools.tool``), then the models'."""
-        return self.section.tool_names()
-
-    def tags(self) -> dict[str, tuple[str, Tags]]:
-        """Each tool's tags by its name (``tool_names``), with the config key they are written at."""
-        return self.section.tags_by_tool()
-
     def baseline_models(self) -> list[str]:
         """The eval-only variants of the base student, in table order."""
         return [name for name in [self.without_tools_model, *self.always_models] if name]
@@ -108,10 +100,10 @@ def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> 
     for name in plan.baseline_models():
         _claim(taken, name, "tools.baselines")
     for tool in plan.always_models.values():
-        if tool not in plan.tool_names():
+        if tool not in plan.section.tool_names():
             raise SnakeskillsError(
                 f"config key tools.baselines.always_call: {tool!r} is not a tool of this run "
-                f"({', '.join(plan.tool_names())})"
+                f"({', '.join(plan.section.tool_names())})"
             )
     if section.program_price.per_token:
         raise SnakeskillsError(
@@ -121,10 +113,10 @@ def check_tools_plan(config: dict, plan: ToolsPlan, other_models: list[str]) -> 
     grpo = config.get("grpo") or {}
     rewards = grpo.get("rewards") or {}
     for tool in rewards.get("tool_preference") or {}:
-        if tool not in plan.tool_names():
+        if tool not in plan.section.tool_names():
             raise SnakeskillsError(
                 f"config key grpo.rewards.tool_preference.{tool}: not a tool of this run "
-                f"({', '.join(plan.tool_names())})"
+                f"({', '.join(plan.section.tool_names())})"
             )
     if rewards.get("tool_cost") and not plan.priced and "grpo" in config["methods"]:
         raise SnakeskillsError(
@@ -140,7 +132,7 @@ def _claim(taken: dict, name: str, key: str) -> None:
 
 
 def check_tags(tags: dict[str, tuple[str, Tags]], stops: dict[str, str]) -> None:
-    """Tags the loop can read (``tags``: ``ToolsPlan.tags``), each mistake naming the key of the tags at fault:
+    """Tags the loop can read (``tags``: ``Tools.tags_by_tool``), each mistake naming the key of the tags at fault:
 
     - each tool's ``code_begin`` its own: none inside another's;
     - no string a turn stops at inside a ``code_begin``, one equal to it included: every turn would stop at (or
@@ -214,7 +206,7 @@ def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) 
     stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
     for key, prompt in prompts.items():
         stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
-    tags = plan.tags()
+    tags = plan.section.tags_by_tool()
     check_tags(tags, stops)
     for key, each in tags.values():
         _check_tags_are_text(config, each, key)
