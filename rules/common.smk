@@ -15,7 +15,7 @@ from snakeskills.plan.checks import check_code_sandbox, check_config, check_devi
 from snakeskills.plan.config import prepare_config
 from snakeskills.plan.folders import check_model_paths, check_results_dir
 from snakeskills.plan.layout import PREPARED_SPLIT, Layout
-from snakeskills.plan.resources import training_gpus
+from snakeskills.plan.resources import training_gpu_resource, training_nodes_resources
 from snakeskills.plan.run import Plan
 from snakeskills.settings.run import RunSettings
 from snakeskills.training.methods import TRAINING_METHODS
@@ -34,7 +34,7 @@ prepare_config(config, verbose=workflow.output_settings.verbose)
 SETTINGS = RunSettings.from_config(config)  # the typed sections, read once
 EXECUTOR = started_executor()  # --executor, or the profile's (profiles/slurm: slurm); a dry run's too
 GPU_NODES = planning_for_gpu_nodes(EXECUTOR)
-check_config(config, gpus_available=GPU_NODES, settings=SETTINGS)
+check_config(config, gpus_available=GPU_NODES, settings=SETTINGS, executor=EXECUTOR and EXECUTOR.name)
 check_code_sandbox(config)
 check_model_paths(config, SETTINGS)
 RESULTS = Path(config["results_dir"]) / config["experiment"]
@@ -123,8 +123,13 @@ def sft_dataset_name(wildcards):
 
 
 def training_job_gpus(wildcards):
-    """GPUs of a training job (every method's: training.gpus)."""
-    return training_gpus(config, gpus_available())
+    """GPUs of a training job (every method's: training.gpus; none across several nodes: TRAINING_NODES asks
+    for each node's)."""
+    return training_gpu_resource(config, gpus_available())
+
+
+# what a training job across several nodes asks SLURM for (nodes, a task per node, each node's GPUs); none on one
+TRAINING_NODES = training_nodes_resources(config, GPU_NODES)
 
 
 def training_settings(wildcards):

@@ -29,6 +29,7 @@ for method in PLAN.methods:
             gpu=training_job_gpus,
             mem_mb=PLAN.training_resources(method)["mem_mb"],
             runtime=PLAN.training_resources(method)["runtime"],
+            **TRAINING_NODES,
         conda:
             "../envs/training.yaml"
         script:

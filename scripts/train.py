@@ -7,9 +7,10 @@ from snakeskills.settings.training import ROUND_SETTINGS
 from snakeskills.training.rounds import RoundRun, train_round, trainer_options
 
 with script_logging(snakemake.log[0]) as logger:
-    claim_job_gpus(snakemake.resources.gpu)
     method, model = snakemake.params.method, Model.from_dict(snakemake.params.model, "model")
     job = ROUND_SETTINGS[method].from_dict(snakemake.params.settings, f"{method} round")
+    if job.nodes is None:  # one node (a job across several gets its nodes' GPUs from SLURM)
+        claim_job_gpus(snakemake.resources.gpu)
     run = RoundRun(
         weights=job.method,
         base_model_path=snakemake.params.model_path,
@@ -26,6 +27,7 @@ with script_logging(snakemake.log[0]) as logger:
         trust_remote_code=model.trust_remote_code,
         processes=job.processes,
         distributed=job.distributed,
+        nodes=job.nodes or 1,
     )
     options = trainer_options(method, job, snakemake.params.judging)
     metrics = train_round(method, run, options, log_path=snakemake.log[0])

@@ -11,7 +11,7 @@ from snakeskills.backends.specs import backend_spec
 from snakeskills.data.specs import check_splits
 from snakeskills.errors import SnakeskillsError
 from snakeskills.plan.folders import check_job_python
-from snakeskills.plan.resources import training_gpus, training_processes
+from snakeskills.plan.resources import MULTI_NODE_EXECUTORS, training_gpus, training_processes, training_world_size
 from snakeskills.plan.sections import (
     MULTICHOICE,
     benchmark_judge,
@@ -39,11 +39,13 @@ def check_config(
     gpus_available: bool,
     warn: Callable[[str], None] | None = None,
     settings: RunSettings | None = None,
+    executor: str | None = "local",
 ) -> None:
     """Cross-key checks the JSON schema cannot express; each names the key at fault. What probably will not work,
     though it can run, goes to ``warn`` one line each (default: standard error, where ``snakemake`` shows it).
 
-    ``gpus_available``: whether the planning node sees GPUs (decides hf ``device: auto``'s GPU count)."""
+    ``gpus_available``: whether the planning node sees GPUs (decides hf ``device: auto``'s GPU count); ``executor``:
+    the one Snakemake runs the jobs with (``--executor``, or its profile's), None when it is not known yet."""
     model = config["model"]
     if not model["build_tiny"] and not model["path"]:
         raise SnakeskillsError("config key model.path is required when model.build_tiny is false")
@@ -70,9 +72,9 @@ def check_config(
         check_job_python(section, key)
         _check_reasoning(section, key)
     _check_grpo_vllm(config, gpus_available)
-    check_methods(config, training_processes(config, gpus_available))
+    check_methods(config, training_world_size(config, gpus_available))
     _check_student_backend(config)
-    _check_sft(config, _check_training(config, gpus_available))
+    _check_sft(config, _check_training(config, gpus_available, executor))
     if config["teacher"] is not None:
         check_teacher(config)
     if config["synthesis"] is not None:
@@ -311,14 +313,17 @@ def _check_sft(config: dict, processes: int) -> None:
         check_batch_divides(tiny["batch_size"], 1, tiny["gradient_accumulation_steps"], "tiny_model.training")
 
 
-def _check_training(config: dict, gpus_available: bool) -> int:
-    """How every training round runs (the ``training`` section): one node, one process per GPU, FSDP on two GPUs
-    or more. Returns the training processes."""
+def _check_training(config: dict, gpus_available: bool, executor: str | None) -> int:
+    """How every training round runs (the ``training`` section): one process per GPU, FSDP on two GPUs or more,
+    several nodes only as a SLURM job (``executor``: None when not known yet). Returns the training processes of a
+    round on all its nodes."""
     training = config["training"]
-    if training["nodes"] > 1:
+    if training["nodes"] > 1 and executor is not None and executor not in MULTI_NODE_EXECUTORS:
         raise SnakeskillsError(
-            f"config key training.nodes is {training['nodes']}: a training round runs on one node for now (several "
-            "GPUs of it: training.gpus); set it to 1"
+            f"config key training.nodes is {training['nodes']}, but this run's jobs run on this machine (executor "
+            f"{executor}): a round across several nodes is one SLURM job of that many nodes, which starts the "
+            "training on each with srun (snakemake --profile slurm; docs/cluster.md). Set training.nodes: 1 here "
+            "(training.gpus and training.processes use this machine's GPUs or CPUs)"
         )
     gpus = training_gpus(config, gpus_available)
     processes = training_processes(config, gpus_available)
@@ -338,12 +343,12 @@ def _check_training(config: dict, gpus_available: bool) -> int:
                 else "; to train with several CPU processes, set generation.device: cpu (hf backend)"
             )
         )
-    if training["distributed"] == "fsdp" and gpus < 2:
+    if training["distributed"] == "fsdp" and gpus * training["nodes"] < 2:
         raise SnakeskillsError(
             "config key training.distributed is 'fsdp', which shards the model across GPUs, but each training job "
             f"has {gpus} GPU(s); set training.gpus to 2 or more, or use ddp"
         )
-    return processes
+    return processes * training["nodes"]
 
 
 def check_devices(config: dict, settings: RunSettings | None = None) -> None:

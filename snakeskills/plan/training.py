@@ -66,12 +66,15 @@ class TrainingPlan:
         settings["training"] = without_save_timer(settings["training"])
         if self.method.fills_sampling:
             settings["sampling"] = filled_sampling(self.config, self.name)
-        return {
+        run = {
             "method": self.section["method"],
             **settings,
             "processes": training_processes(self.config, gpus_available),
             "distributed": self.config["training"]["distributed"],
         }
+        nodes = self.config["training"]["nodes"]
+        # on one node the key is left out, so that the params of rounds trained before it existed read the same
+        return run if nodes == 1 else {**run, "nodes": nodes}
 
 
 # the training keys that change no weights and are left out of a rule's params, so that changing one (or a new

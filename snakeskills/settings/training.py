@@ -46,8 +46,8 @@ class Trainer(Section):
 @dataclass(frozen=True, kw_only=True)
 class Round(Section):
     """What a round's job trains with (``plan.training.TrainingPlan.training_config``): lora or full, the seed, the
-    LoRA settings (lora only), the trainer's settings, the method's own options, the processes and how they share
-    the model."""
+    LoRA settings (lora only), the trainer's settings, the method's own options, the processes on each node, how
+    they share the model, and the nodes when more than one."""
 
     method: str
     seed: int
@@ -55,6 +55,7 @@ class Round(Section):
     processes: int
     distributed: str
     lora: dict | None = optional()
+    nodes: int | None = optional()  # absent on one node
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -109,11 +109,11 @@ def train(run: RoundRun, *, beta: float, loss: str, nll_weight: float, precomput
     in-memory dataset to the main process's own temporary folder, where the other processes cannot read them."""
     if run.training.get("packing"):
         raise SnakeskillsError("dpo.training.packing: preference pairs are not packed")
-    if precompute_reference and run.processes > 1:
+    if precompute_reference and run.world_size > 1:
         logger.info(
             "dpo.precompute_reference: the reference is scored in each step in %d training processes (TRL keeps "
             "precomputed scores in a per-process temporary file)",
-            run.processes,
+            run.world_size,
         )
         precompute_reference = False
     records = list(iter_jsonl(run.data_path))

@@ -1,6 +1,6 @@
 """One round of any training method: the arguments every trainer shares (``RoundRun``, as TRL's trainer configs
 share a base config), the skeleton every trainer runs (load the weights to train, build the method's trainer, train,
-save complete or not at all) and the round run in one process or in several under ``accelerate launch``.
+save complete or not at all) and the round run in one process or in several, on one node or several (``launch``).
 
 A method's trainer module (``methods.TrainingMethod.trainer``) has ``train(run, **options)``: its own options only
 (DPO's beta and loss, GRPO's group size and rewards, ...); it calls ``run_round`` with a function building its TRL
@@ -39,8 +39,14 @@ class RoundRun:
     dtype: str  # model.dtype
     trust_remote_code: bool
     init_path: str | None = None  # the previous round's adapter or checkpoint (init: continue)
-    processes: int = 1
+    processes: int = 1  # on each node
     distributed: str = "ddp"
+    nodes: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """The training processes of the round, on all its nodes."""
+        return self.processes * self.nodes
 
     def identity(self) -> dict:
         """What the round's model is, for its checkpoints' fingerprint: the model folders by identity (a re-trained
@@ -62,7 +68,7 @@ class RoundRun:
             output_dir=trainer_dir_for(self.output_dir),
             seed=self.seed,
             threads=self.threads,
-            processes=self.processes,
+            processes=self.world_size,
             distributed=self.distributed,
         )
 
@@ -109,11 +115,12 @@ def trainer_options(method: str, settings: Round, judging: dict) -> dict:
 
 def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Path) -> dict:
     """Train ``method``'s round: its trainer's ``train(run, **options)`` in this process, or in ``run.processes``
-    processes (``trainer.launch_training``: each runs this module's ``__main__``). Interrupted (SIGINT or SIGTERM:
-    ``trainer.stop_signals_interrupt``), it raises ``checkpoints.TrainingInterrupted`` saying what was kept, once the
-    processes it started have ended."""
+    processes on each of ``run.nodes`` nodes (``launch.launch_training``: each runs this module's ``__main__``).
+    Interrupted (SIGINT or SIGTERM: ``trainer.stop_signals_interrupt``), it raises
+    ``checkpoints.TrainingInterrupted`` saying what was kept, once the processes it started have ended; a failed
+    process fails it naming the rank and host, and what a rerun resumes from."""
     entry = training_method(method)
-    if run.processes == 1:
+    if run.world_size == 1:
         return entry.trainer_module().train(run, **options)
     from snakeskills.training.checkpoints import (
         TrainingInterrupted,
@@ -121,7 +128,8 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
         kept_checkpoint,
         trainer_dir_for,
     )
-    from snakeskills.training.trainer import launch_training, stop_signals_interrupt
+    from snakeskills.training.launch import launch_training
+    from snakeskills.training.trainer import stop_signals_interrupt
 
     arguments = {"method": method, "run": dataclasses.asdict(run), "options": options}
     try:
@@ -130,6 +138,8 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
                 "snakeskills.training.rounds",
                 arguments,
                 processes=run.processes,
+                nodes=run.nodes,
+                cpus_per_node=run.threads * run.processes,
                 output_dir=run.output_dir,
                 log_path=log_path,
             )
@@ -145,25 +155,49 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
             steps=run.training["checkpoint_steps"],
         )
         raise TrainingInterrupted(message) from None
+    except SnakeskillsError as failed:
+        kept = kept_checkpoint(trainer_dir_for(run.output_dir))
+        rerun = (
+            f"a rerun resumes from the checkpoint of step {kept[0]}"
+            if kept is not None
+            else "no checkpoint was kept: a rerun starts the round over"
+        )
+        raise SnakeskillsError(f"{method} round: {failed}; {rerun}") from None
 
 
 def main(argument: str) -> None:
-    """One of the processes ``launch_training`` started: its round as one JSON argument. Interrupted, the main
-    process logs what was kept (``checkpoints.interruption_message``) and every process exits with status 130."""
-    import os
-
+    """One of the processes ``launch_training`` started: its round as one JSON argument. It says where it runs and
+    records how it ended (``launch.record_rank``). Interrupted, the main process logs what was kept
+    (``checkpoints.interruption_message``) and every process exits with status 130."""
     from snakeskills.job import quiet_libraries
+    from snakeskills.training.launch import record_rank, this_process
 
     quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     arguments = json.loads(argument)
-    run = RoundRun(**arguments["run"])
+    run, records = RoundRun(**arguments["run"]), arguments.get("records")
+    place = this_process()
+    logger.info(
+        "training process rank %d of %d on %s (node rank %d, local rank %d, pid %d)",
+        place["rank"],
+        run.world_size,
+        place["host"],
+        place["node_rank"],
+        place["local_rank"],
+        place["pid"],
+    )
+    record_rank(records, "started")
     try:
         training_method(arguments["method"]).trainer_module().train(run, **arguments["options"])
     except KeyboardInterrupt as interruption:
-        if os.environ.get("RANK", "0") == "0":
+        record_rank(records, "interrupted")
+        if place["rank"] == 0:
             logger.warning("%s", str(interruption) or "training interrupted")
         raise SystemExit(130) from None
+    except BaseException as failed:
+        record_rank(records, "failed", f"{type(failed).__name__}: {str(failed).splitlines()[0] if str(failed) else ''}")
+        raise
+    record_rank(records, "done")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwa
 
 def train(run: RoundRun) -> dict:
     """Fine-tune on the round's SFT data (``run.data_path``) and save the result (``rounds.run_round``). With
-    ``run.processes > 1`` this runs in every process ``trainer.launch_training`` started."""
+    ``run.world_size > 1`` this runs in every process ``launch.launch_training`` started."""
 
     def build(model, tokenizer):
         examples = [
@@ -145,7 +145,7 @@ def train(run: RoundRun) -> dict:
             run_identity=run.identity(),
             seed=run.seed,
             threads=run.threads,
-            processes=run.processes,
+            processes=run.world_size,
             distributed=run.distributed,
             training=run.training,
         )

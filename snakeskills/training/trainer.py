@@ -1,7 +1,7 @@
 """What every trainer shares, on TRL's trainers: the weights a round trains (a LoRA or every weight), the trainer
 arguments a training section gives, running a trainer with step lines in the job's log and a checkpoint every so many
-minutes, saying what an interruption (Ctrl-C, SIGTERM) kept, saving the result complete or not at all, and training in
-several processes under ``accelerate launch``. Each method's trainer (``training/sft.py``, ``dpo.py``, ``kto.py``,
+minutes, saying what an interruption (Ctrl-C, SIGTERM) kept and saving the result complete or not at all (starting
+several processes: ``launch``). Each method's trainer (``training/sft.py``, ``dpo.py``, ``kto.py``,
 ``grpo.py``) builds its TRL trainer from these pieces; a round's skeleton is ``rounds.run_round``; checkpoints:
 ``checkpoints``.
 """
@@ -33,7 +33,7 @@ def check_batch_divides(batch_size: int, processes: int, accumulation: int, sect
     """``{section}.batch_size`` must split evenly over processes x gradient accumulation steps."""
     if batch_size % (processes * accumulation):
         by_processes = (
-            f"the {processes} training processes (training.processes / training.gpus) x " if processes > 1 else ""
+            f"the {processes} training processes (training.nodes x training.processes) x " if processes > 1 else ""
         )
         raise SnakeskillsError(
             f"config key {section}.batch_size ({batch_size}) must be a multiple of {by_processes}{accumulation} "
@@ -417,84 +417,6 @@ def save_tuned(trainer, output_dir: str | Path, *, tokenizer, metrics: dict, sto
         write_json(staging / "training_metrics.json", metrics)
 
     save_trained(trainer, output_dir, finish)
-
-
-# how long the processes launch_training started get to end after a stop signal before they are killed: torch's
-# launcher waits LAUNCHED_GRACE_SECONDS for its training processes (then kills them), this job a few seconds more
-LAUNCHED_GRACE_SECONDS = 15
-
-
-def launch_training(
-    module: str, arguments: dict, *, processes: int, output_dir: str | Path, log_path: str | Path
-) -> dict:
-    """Run ``module``'s ``__main__`` (``arguments`` as one JSON argument) in ``processes`` processes started by
-    ``accelerate launch`` (one per GPU, or CPU processes over gloo); their output is appended to ``log_path``. Returns
-    the metrics the main process saved with the model in ``output_dir``.
-
-    The launcher runs in a session of its own, so that a stop signal reaches the training processes through this
-    process only, once: interrupted (``stop_signals_interrupt``), this process sends the launcher the same signal
-    and waits for the processes to end (``stop_launched``) before the interruption goes on."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as sock:  # a free port for the processes' rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
-    command += ["--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no"]
-    # --multi_gpu starts the processes with torch.distributed.run (accelerate's --cpu alone starts one, or
-    # needs mpirun); on a CPU run each one's Trainer then trains on the CPU and talks over gloo
-    command += ["--dynamo_backend", "no", "--multi_gpu"]
-    command += ["-m", module, json.dumps(arguments)]
-    logger.info("launching %d training processes: %s", processes, " ".join(command[:-1]))
-    # torch.distributed.run passes a stop signal on to the training processes and kills them after this long
-    environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
-    with open(log_path, "a", encoding="utf-8") as log:
-        launcher = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
-        )
-        try:
-            returncode = launcher.wait()
-        except BaseException as stopped:  # a stop signal (or anything else): the processes end with this one
-            stop_launched(launcher, stop_signal_of(stopped))
-            raise
-    if returncode != 0:
-        raise SnakeskillsError(f"the {processes} training processes failed (exit {returncode}); see {log_path}")
-    return json.loads((Path(output_dir) / "training_metrics.json").read_text())
-
-
-def stop_launched(launcher, signum: int, grace_seconds: float = LAUNCHED_GRACE_SECONDS + 5) -> None:
-    """End the processes ``launch_training`` started: ``signum`` to ``launcher`` (a Popen), which passes it on to each
-    training process and waits for them (the main one logs its interruption line), then SIGKILL to the launcher and
-    to each process that was under it, whichever still runs ``grace_seconds`` later."""
-    import signal
-    import subprocess
-    import time
-
-    import psutil
-
-    try:
-        started = psutil.Process(launcher.pid).children(recursive=True)
-    except psutil.NoSuchProcess:  # it has ended, its training processes before it
-        started = []
-    name = signal.Signals(signum).name
-    logger.warning(
-        "stopping the %d training processes: %s to their launcher (pid %d)", len(started), name, launcher.pid
-    )
-    deadline = time.monotonic() + grace_seconds
-    launcher.send_signal(signum)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        launcher.wait(timeout=grace_seconds)
-    _ended, running = psutil.wait_procs(started, timeout=max(0.0, deadline - time.monotonic()))
-    if launcher.poll() is None or running:
-        logger.warning("killing the training processes still running %gs after %s", grace_seconds, name)
-        launcher.kill()
-        for process in running:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-    launcher.wait()
 
 
 def save_trained(trainer, output_dir: str | Path, finish) -> None:

@@ -496,7 +496,8 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tin
             if folder is not None and not folder.exists():
                 folder.parent.mkdir(parents=True, exist_ok=True)
                 example_model_folder(folder, tiny_checkpoint, prompt["chat_template_kwargs"])
-        check_config(config, gpus_available=True)
+        # a round across nodes is planned for SLURM only
+        check_config(config, gpus_available=True, executor="slurm" if config["training"]["nodes"] > 1 else "local")
         check_model_paths(config)
 
 

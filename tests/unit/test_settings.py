@@ -180,12 +180,16 @@ def test_the_keys_that_moved_out_of_sft_are_refused_naming_their_new_place(name)
     assert f"sft.{name} -> training.{name}" in message, message
 
 
-def test_more_than_one_training_node_is_refused_naming_the_key():
+def test_more_than_one_training_node_is_refused_in_a_local_run_naming_the_key():
     config = copy.deepcopy(DEFAULT)
     config["training"] = {"nodes": 2}
     prepare_config(config)
-    with pytest.raises(SnakeskillsError, match=r"config key training\.nodes is 2"):
+    with pytest.raises(
+        SnakeskillsError, match=r"config key training\.nodes is 2, but .*\(executor local\).*--profile slurm"
+    ):
         check_config(config, gpus_available=False)
+    check_config(config, gpus_available=True, executor="slurm")
+    check_config(config, gpus_available=True, executor="slurm-jobstep")  # the job's own reading of the Snakefile
     config["training"]["nodes"] = 1
     check_config(config, gpus_available=False)
 

@@ -68,7 +68,10 @@ def test_a_failing_process_fails_the_job_with_its_log(tiny_checkpoint, tmp_path)
         "dtype": "auto",
         "trust_remote_code": False,
     }
-    with pytest.raises(SnakeskillsError, match="the 2 training processes failed"):
+    failed = (
+        r"sft round: the 2 training processes on one node failed \(exit 1\): rank 0 on .*, rank 1 on .*missing\.jsonl"
+    )
+    with pytest.raises(SnakeskillsError, match=failed):
         train_round("sft", RoundRun(**arguments, processes=2), {}, log_path=tmp_path / "sft.log")
     assert "missing.jsonl" in (tmp_path / "sft.log").read_text()
     assert not (tmp_path / "adapter").exists()
