@@ -49,6 +49,7 @@ QWEN25_15B = {
 TEST_FOLDERS = ("unit", "components", "workflow", "external", "gpu")
 SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
 SLOWEST_GROUPS_FIRST = (
+    "test_slurm_nodes",
     "test_vllm",
     "test_teacher",
     "test_real_model_loop",

@@ -321,3 +321,49 @@ def test_real_model_example_asks_for_gpus_only_for_generate_and_sft(tmp_path):
             assert "gpu" not in line, (rule, line)
     # generate and judge jobs are grouped: 8 seed x chunk components per (model, benchmark, split)
     assert output.count("Group job generate_judge_") == counts["generate"] // 8
+
+
+# Llama-3.1-8B's shape: the plan's memory and runtime estimates read it
+LLAMA31_8B = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_the_two_node_example_asks_for_two_nodes_for_its_rounds_and_one_gpu_for_generation(tmp_path):
+    """`snakemake --profile slurm -n` on the two-node example: each SFT round one job of 2 nodes, one task and 8 GPUs
+    on each (gres, per node; no gpu resource, which the plugin would send as --gpus for the whole job), run in its
+    batch script (mpi) and without --ntasks-per-gpu (tasks_per_gpu 0); the generate jobs as before."""
+    example = REPO / "config/examples/llama-3.1-8b-instruct-gsm8k-two-nodes.yaml"
+    folders_as_the_plan_sees_them(tmp_path, "models/Llama-3.1-8B-Instruct", "datasets/gsm8k", "datasets/math-500")
+    (tmp_path / "models/Llama-3.1-8B-Instruct/config.json").write_text(json.dumps(LLAMA31_8B))
+    command = snakemake_command(REPO / "Snakefile", tmp_path, example, "--profile", "profiles/slurm", "-n")
+    environment = laptop(tmp_path)
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment, timeout=300)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    assert job_counts(output)["sft"] == 2 and len(resources["sft"]) == 1, resources["sft"]
+    (sft,) = resources["sft"]
+    assert has_resources(sft, nodes=2, tasks=2, mpi="srun", tasks_per_gpu=0, gpu=0, cpus_per_gpu=8), sft
+    assert has_resources(sft, gres="gpu:8"), sft
+    assert all(has_resources(line, gpu=1, cpus_per_gpu=8) for line in resources["generate"]), resources["generate"]
+    assert not any("nodes=" in line for line in resources["generate"])
+
+    # a local run of it stops at the key
+    process = subprocess.run(
+        snakemake_command(REPO / "Snakefile", tmp_path, example, "-n", "-c1"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=environment,
+        timeout=300,
+    )
+    assert process.returncode != 0
+    assert "config key training.nodes is 2, but this run's jobs run on this machine" in process.stdout + process.stderr
