@@ -34,7 +34,10 @@ prepare_config(config, verbose=workflow.output_settings.verbose)
 SETTINGS = RunSettings.from_config(config)  # the typed sections, read once
 EXECUTOR = started_executor()  # --executor, or the profile's (profiles/slurm: slurm); a dry run's too
 GPU_NODES = planning_for_gpu_nodes(EXECUTOR)
-check_config(config, gpus_available=GPU_NODES, settings=SETTINGS, executor=EXECUTOR and EXECUTOR.name)
+# the executor that runs the jobs: not known to a job's own Snakemake inside a cluster's job (its run's was checked
+# where the run started), nor yet to a run through Snakemake's API
+JOBS_EXECUTOR = None if workflow.remote_exec or EXECUTOR is None else EXECUTOR.name
+check_config(config, gpus_available=GPU_NODES, settings=SETTINGS, executor=JOBS_EXECUTOR)
 check_code_sandbox(config)
 check_model_paths(config, SETTINGS)
 RESULTS = Path(config["results_dir"]) / config["experiment"]

@@ -27,6 +27,11 @@ die() {
 }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (installs packages and starts daemons)"
+# one run of this script at a time (two test workers may bring the cluster up at once): it reruns itself under
+# flock, which holds the lock without handing it to the daemons started here (-o)
+if [[ -z ${SNAKESKILLS_SLURM_SETUP_LOCKED:-} ]]; then
+    SNAKESKILLS_SLURM_SETUP_LOCKED=1 exec flock -o /tmp/snakeskills-slurm-setup.lock bash "$0" "$@"
+fi
 command -v apt-get >/dev/null || die "needs apt-get (Debian or Ubuntu)"
 
 # 1. packages (skipped when every daemon and tool is already there)
