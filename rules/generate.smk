@@ -28,6 +28,8 @@ rule generate:
     threads: 1
     resources:
         gpu=lambda w: PLAN.generation_gpus(w.model, w.split, gpus_available(), local_run=local_run()),
+        # one at a time in a SLURM group job, whose GPUs they share (profiles/slurm: generate_slot=1)
+        generate_slot=1,
         mem_mb=lambda w: PLAN.generation_resources(w.model, w.split)["mem_mb"],
         runtime=lambda w: PLAN.generation_resources(w.model, w.split)["runtime"],
     conda:

@@ -114,7 +114,8 @@ def launch_training(
         node_launch["first_node"] = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         command = srun_command(nodes, cpus_per_node) + [sys.executable, "-m", __name__, json.dumps(node_launch)]
     shown = command[:-1] if nodes == 1 else command[:-4]
-    logger.info("launching %d training processes on %d node(s): %s", processes * nodes, nodes, " ".join(shown))
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    logger.info("launching %d training processes on %s: %s", processes * nodes, where, " ".join(shown))
     # torch.distributed.run passes a stop signal on to the training processes and kills them after this long
     environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
     with open(log_path, "a", encoding="utf-8") as log:

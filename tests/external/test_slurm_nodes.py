@@ -38,7 +38,9 @@ RESULTS = "results/tiny-arithmetic-methods"
 SFT_CHECKPOINT_STEPS = 5
 
 
-def methods_config(path: Path, *, nodes: int, processes: int | None, gpus: int | None = None) -> Path:
+def methods_config(
+    path: Path, *, nodes: int, processes: int | None, gpus: int | None = None, sft_method: str = "lora"
+) -> Path:
     """The tiny methods example, smaller (fewer problems and samples, a few dozen steps a round), its rounds on
     ``nodes`` nodes of ``processes`` processes each (null: one per GPU of the job on each node, one of the test
     nodes' two pretend GPUs; ``gpus`` 0: CPU processes where the plan would give a job a GPU, as on this SLURM host)."""
@@ -48,6 +50,7 @@ def methods_config(path: Path, *, nodes: int, processes: int | None, gpus: int |
     config.update(num_seeds=2, num_chunks=1, train_num_seeds=4)
     config["tiny_model"]["stop_at_accuracy"] = 0.3
     config["sft"]["training"].update(max_steps=60, checkpoint_steps=SFT_CHECKPOINT_STEPS)
+    config["sft"]["method"] = sft_method
     for method in ("dpo", "kto", "grpo"):
         config[method]["training"]["max_steps"] = 6
     config["training"] = {"nodes": nodes, "gpus": gpus, "processes": processes}
@@ -103,6 +106,12 @@ def adapter(workdir: Path, method: str) -> dict:
     return load_file(workdir / RESULTS / f"models/{method}-round1/adapter/adapter_model.safetensors")
 
 
+def checkpoint(workdir: Path, method: str) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(workdir / RESULTS / f"models/{method}-round1/checkpoint/model.safetensors")
+
+
 def assert_same_weights(first: dict, second: dict, what: str) -> None:
     import torch
 
@@ -155,6 +164,28 @@ def test_two_nodes_train_the_weights_of_one_node_with_two_processes(two_node_run
     for method in METHODS:
         assert "training process rank 1 of 2 on" in round_log(workdir, method)
         assert_same_weights(adapter(two_node_run, method), adapter(workdir, method), method)
+
+
+@pytest.mark.slow
+def test_a_full_fine_tune_across_two_nodes_equals_one_node(two_node_run, two_node_cluster, tmp_path):
+    """sft.method full: every weight trained on 2 nodes x 1 process, and on one node in two processes (local)."""
+    trained = {}
+    for name, nodes, processes, gpus, options, environment in (
+        ("two-nodes", 2, None, None, PROFILES, two_node_cluster),
+        ("one-node", 1, 2, 0, ("-c2",), None),
+    ):
+        workdir = tmp_path / name
+        shutil.copytree(two_node_run, workdir, symlinks=True)
+        configfile = methods_config(
+            tmp_path / f"{name}.yaml", nodes=nodes, processes=processes, gpus=gpus, sft_method="full"
+        )
+        command = snakemake_command(REPO / "Snakefile", workdir, configfile, *options, "--until", "sft")
+        process = subprocess.run(command, capture_output=True, text=True, cwd=workdir, env=environment, timeout=1500)
+        output = process.stdout + process.stderr
+        assert process.returncode == 0, output[-6000:]
+        assert job_counts(output) == {"sft": 1}, output[-3000:]
+        trained[name] = checkpoint(workdir, "sft")
+    assert_same_weights(trained["two-nodes"], trained["one-node"], "full sft")
 
 
 def training_process_on(host: str) -> psutil.Process | None:
