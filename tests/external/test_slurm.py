@@ -367,3 +367,19 @@ def test_the_two_node_example_asks_for_two_nodes_for_its_rounds_and_one_gpu_for_
     )
     assert process.returncode != 0
     assert "config key training.nodes is 2, but this run's jobs run on this machine" in process.stdout + process.stderr
+
+
+def test_a_training_job_of_four_gpus_asks_for_four_and_a_group_for_one(tmp_path):
+    """The profile's per-submission GPU cap does not cut a job's own count down (a 4-GPU round asks for 4); generate
+    jobs, one at a time in their group job (generate_slot), still ask for one each."""
+    config = yaml.safe_load(METHODS_EXAMPLE.read_text())
+    config["training"] = {"gpus": 4}
+    configfile = write_config(tmp_path / "four.yaml", config)
+    command = snakemake_command(REPO / "Snakefile", tmp_path, configfile, "--profile", "profiles/slurm", "-n")
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=laptop(tmp_path), timeout=300)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-5000:]
+    resources = resources_by_rule(output)
+    for rule in ("sft", "dpo", "kto", "grpo"):
+        assert resources[rule] and all(has_resources(line, gpu=4) for line in resources[rule]), resources[rule]
+    assert all(has_resources(line, gpu=1, generate_slot=1) for line in resources["generate"]), resources["generate"]
