@@ -313,6 +313,16 @@ def shrunk_default_config(split_sizes: dict[str, int]) -> dict:
     return config
 
 
+def start_slurm_cluster(setup: Path) -> None:
+    """Bring up a SLURM test cluster with its script (tests/external/slurm/): as root with apt-get, else skip."""
+    if os.geteuid() != 0:
+        pytest.skip("the SLURM test clusters need root: they install slurm with apt-get and start its daemons")
+    if shutil.which("apt-get") is None:
+        pytest.skip("the SLURM test clusters need apt-get (Debian or Ubuntu) to install slurm")
+    process = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=900)
+    assert process.returncode == 0, f"{setup} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+
+
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import QWEN25_15B, REPO, folders_as_the_plan_sees_them, job_counts, shrunk_default_config, write_config
+from conftest import (
+    QWEN25_15B,
+    REPO,
+    folders_as_the_plan_sees_them,
+    job_counts,
+    shrunk_default_config,
+    start_slurm_cluster,
+    write_config,
+)
 from fresh_clone import fresh_clone, run_command
 
 from snakeskills.job import snakemake_command
@@ -96,12 +104,7 @@ def laptop(tmp_path: Path) -> dict:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> None:
     """A running single-node SLURM cluster on this machine (installed and started on first use)."""
-    if os.geteuid() != 0:
-        pytest.skip("the SLURM test cluster needs root: it installs slurm with apt-get and starts its daemons")
-    if shutil.which("apt-get") is None:
-        pytest.skip("the SLURM test cluster needs apt-get (Debian or Ubuntu) to install slurm")
-    process = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
-    assert process.returncode == 0, f"{SETUP} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+    start_slurm_cluster(SETUP)
 
 
 def slurm_job_ids(logs: Path) -> dict[str, dict[Path, str | None]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import REPO, job_counts, write_config
+from conftest import REPO, job_counts, start_slurm_cluster, write_config
 
 from snakeskills.job import snakemake_command
 
@@ -66,12 +66,7 @@ def cluster_environment() -> dict:
 @pytest.fixture(scope="session")
 def two_node_cluster() -> dict:
     """The two-node SLURM cluster, running (built and started on first use); the environment that reaches it."""
-    if os.geteuid() != 0:
-        pytest.skip("the two-node SLURM test cluster needs root: it installs slurm and makes network namespaces")
-    if shutil.which("apt-get") is None:
-        pytest.skip("the SLURM test cluster needs apt-get (Debian or Ubuntu) to install slurm")
-    process = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
-    assert process.returncode == 0, f"{SETUP} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+    start_slurm_cluster(SETUP)
     return cluster_environment()
 
 

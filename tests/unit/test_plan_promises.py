@@ -611,7 +611,8 @@ def test_a_batch_that_does_not_divide_stops_the_plan(key):
         config["training"] = {"processes": 3}
         stops(
             config,
-            f"config key {key}.batch_size (32) must be a multiple of the 3 training processes (training.nodes x training.processes)",
+            f"config key {key}.batch_size (32) must be a multiple of the 3 training processes "
+            "(training.nodes x training.processes)",
         )
 
 
