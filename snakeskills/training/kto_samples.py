@@ -68,8 +68,14 @@ def write_kto_samples(judged_paths, benchmarks, prompts, samples, pass_rate, out
     records, counts = select_kto_samples(judged_paths, benchmarks, prompts, samples, pass_rate)
     if not counts["desirable"] or not counts["undesirable"]:
         kind = "desirable (judged correct)" if not counts["desirable"] else "undesirable (judged incorrect)"
+        cut_off = (
+            f"; {counts['truncated']} samples were left out because they were cut off before they ended "
+            "(generation.sampling.max_new_tokens)"
+            if counts["truncated"]
+            else ""
+        )
         raise SnakeskillsError(
             f"no {kind} KTO samples among the previous model's judged train samples ({counts}): KTO needs both; "
-            "sample more seeds (train_num_seeds), raise the sampling temperature, or widen kto.pass_rate"
+            f"sample more seeds (train_num_seeds), raise the sampling temperature, or widen kto.pass_rate{cut_off}"
         )
     return write_round_data(records, counts, output_path, stats_path, "KTO samples")

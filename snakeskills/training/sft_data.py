@@ -111,6 +111,12 @@ def write_sft_dataset(judged_paths, sources, prompts, filters, output_path, stat
             "answer (parse_reasoning is on); is the model a reasoning model, and is end_reasoning_string the text "
             "that ends its thinking? (the generate logs count them)"
         )
+    if not records and counts["truncated"]:
+        raise SnakeskillsError(
+            f"no SFT examples survived the filters ({counts}): {counts['truncated']} generations that the filters "
+            "would keep were cut off before they ended (finish_reason length: generation.sampling.max_new_tokens); "
+            "raise max_new_tokens"
+        )
     if not records:
         raise SnakeskillsError(
             f"no SFT examples survived the filters ({counts}); the model solved none of the training problems "

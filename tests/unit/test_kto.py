@@ -100,6 +100,10 @@ def test_samples_of_one_kind_only_are_a_clear_error(tmp_path, judged_files):
     write_jsonl(wrong, [sample("b", "\\boxed{5}", False), sample("c", "\\boxed{7}", False)])
     with pytest.raises(SnakeskillsError, match=r"no desirable \(judged correct\) KTO samples.*kto\.pass_rate"):
         write_kto_samples([wrong], ["sums"], [PROMPT], SAMPLES, EVERY_PROBLEM, output, stats)
+    cut_off = tmp_path / "cut-off.jsonl"
+    write_jsonl(cut_off, [sample("a", "\\boxed{2", True, finish="length"), sample("b", "\\boxed{5}", False)])
+    with pytest.raises(SnakeskillsError, match=r"no desirable .* 1 samples were left out because they were cut off"):
+        write_kto_samples([cut_off], ["sums"], [PROMPT], SAMPLES, EVERY_PROBLEM, output, stats)
 
 
 @pytest.mark.parametrize(

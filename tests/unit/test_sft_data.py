@@ -185,3 +185,15 @@ def test_an_example_keeps_the_spans_of_its_tool_outputs(tmp_path):
     write_jsonl(tmp_path / "past.jsonl", [{**judged("p1", "1+1", "\\boxed{2}"), "tool_output_spans": [[0, 99]]}])
     with pytest.raises(SnakeskillsError, match=r"past\.jsonl: row 1: tool_output_spans: .* ends past the text"):
         select_sft_records([tmp_path / "past.jsonl"], ["base"], [PROMPT], FILTERS)
+
+
+def test_no_examples_because_every_kept_one_was_cut_off_says_so(tmp_path):
+    from snakeskills.training.sft_data import write_sft_dataset
+
+    write_jsonl(tmp_path / "seed0.jsonl", [judged("p1", "1+1", "1+1=\\boxed{2", finish="length")])
+    with pytest.raises(
+        SnakeskillsError, match=r"1 generations that the filters would keep were cut off .*max_new_tokens"
+    ):
+        write_sft_dataset(
+            [tmp_path / "seed0.jsonl"], ["base"], [PROMPT], FILTERS, tmp_path / "data.jsonl", tmp_path / "stats.json"
+        )
