@@ -1,10 +1,10 @@
 """Benchmark a training round across two nodes against one node, side by side on the same data.
 
 Usage (root; builds the test clusters: tests/external/slurm/setup-two-node-slurm.sh):
-    python bench/two_nodes.py [--output bench/results/two_nodes.json]
+    python bench/two_nodes.py [--sft-steps 60] [--output bench/results/two_nodes.json]
 
 The tiny methods example, smaller (tests/external/test_slurm_nodes.py's config), is prepared once up to each
-method's training data (a local run); then its four rounds (SFT 60 steps, DPO, KTO and GRPO 6 each) are trained
+method's training data (a local run); then its four rounds (SFT --sft-steps steps, DPO, KTO and GRPO 6 each) are trained
 three ways from copies of that folder: on the two-node SLURM with every round on 2 nodes x 1 process, on the same
 cluster on one node in 2 processes, and locally in 2 processes without SLURM. For each it reports the wall time of
 the Snakemake command (submission and status checks included), each round's SLURM job time (sacct) and the
@@ -39,7 +39,7 @@ METHODS = ("sft", "dpo", "kto", "grpo")
 DATA_RULES = ("sft_data", "preference_pairs", "kto_samples", "rl_problems")
 
 
-def write_config(path: Path, training: dict) -> Path:
+def write_config(path: Path, training: dict, sft_steps: int) -> Path:
     """tests/external/test_slurm_nodes.py's config: the example with fewer problems and steps; ``training`` its
     training section."""
     config = yaml.safe_load(EXAMPLE.read_text())
@@ -47,7 +47,7 @@ def write_config(path: Path, training: dict) -> Path:
     config["benchmarks"]["arithmetic"]["synthetic"]["split_sizes"] = sizes
     config.update(num_seeds=2, num_chunks=1, train_num_seeds=4, training=training)
     config["tiny_model"]["stop_at_accuracy"] = 0.3
-    config["sft"]["training"].update(max_steps=60, checkpoint_steps=5)
+    config["sft"]["training"].update(max_steps=sft_steps, checkpoint_steps=5)
     for method in ("dpo", "kto", "grpo"):
         config[method]["training"]["max_steps"] = 6
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -86,6 +86,7 @@ def round_figures(workdir: Path, environment: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sft-steps", type=int, default=60, help="the SFT round's optimizer steps")
     parser.add_argument("--output", type=Path, default=REPO / "bench/results/two_nodes.json")
     arguments = parser.parse_args()
     subprocess.run(["bash", str(SETUP)], check=True, capture_output=True)
@@ -99,15 +100,16 @@ def main() -> None:
         "one_node_x_2_processes_local": ({"nodes": 1, "gpus": 0, "processes": 2}, ("-c2",), None),
     }
     figures: dict = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"}
+    figures["sft_steps"] = arguments.sft_steps
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-nodes-") as scratch:
         prepared = Path(scratch) / "prepared"
         prepared.mkdir()
-        local = write_config(Path(scratch) / "local.yaml", ways["one_node_x_2_processes_local"][0])
+        local = write_config(Path(scratch) / "local.yaml", ways["one_node_x_2_processes_local"][0], arguments.sft_steps)
         figures["prepare_seconds"] = round(run(prepared, local, "-c2", "--until", *DATA_RULES), 1)
         for name, (training, options, environment) in ways.items():
             workdir = Path(scratch) / name
             shutil.copytree(prepared, workdir, symlinks=True)
-            configfile = write_config(Path(scratch) / f"{name}.yaml", training)
+            configfile = write_config(Path(scratch) / f"{name}.yaml", training, arguments.sft_steps)
             seconds = run(workdir, configfile, *options, "--until", *METHODS, environment=environment)
             figures[name] = {"snakemake_seconds": round(seconds, 1), "rounds": round_figures(workdir, cluster)}
     local_seconds = figures["one_node_x_2_processes_local"]["snakemake_seconds"]
