@@ -80,7 +80,11 @@ def round_figures(workdir: Path, environment: dict) -> dict:
                 env=environment,
             ).stdout
             elapsed = int(output.split()[0])
-        figures[method] = {"train_runtime_seconds": round(metrics["train_runtime"], 1), "job_seconds": elapsed}
+        figures[method] = {
+            "steps": metrics["global_step"],
+            "train_runtime_seconds": round(metrics["train_runtime"], 1),
+            "job_seconds": elapsed,
+        }
     return figures
 
 
