@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 LAUNCHED_GRACE_SECONDS = 15
 
 
+class LaunchFailed(SnakeskillsError):
+    """The training processes failed; the message names the one that ended first (``failure``)."""
+
+
 def records_dir_for(output_dir: str | Path) -> Path:
     """Where the training processes of a model saved to ``output_dir`` record how they ended: ``.<name>-ranks``."""
     output_dir = Path(output_dir)
@@ -98,7 +102,7 @@ def launch_training(
     signal reaches the training processes through this process only, once: interrupted
     (``trainer.stop_signals_interrupt``), this process sends the launcher the same signal (SIGTERM to ``srun``, which
     takes a single SIGINT for a status request) and waits for the processes to end (``stop_launched``) before the
-    interruption goes on. A failure raises ``SnakeskillsError`` naming the process that ended first (``failure``)."""
+    interruption goes on. A failure raises ``LaunchFailed`` naming the process that ended first (``failure``)."""
     from snakeskills.training.trainer import stop_signal_of
 
     check_slurm_job(nodes)
@@ -109,14 +113,16 @@ def launch_training(
     port = free_port()
     if nodes == 1:
         command = accelerate_command(module, argument, processes=processes, port=port)
+        shown = command[:-1]  # the round's JSON left out
     else:
         node_launch = {"module": module, "argument": argument, "processes": processes, "nodes": nodes, "port": port}
         node_launch["first_node"] = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        command = srun_command(nodes, cpus_per_node) + [sys.executable, "-m", __name__, json.dumps(node_launch)]
-    shown = command[:-1] if nodes == 1 else command[:-4]
+        shown = srun_command(nodes, cpus_per_node)
+        command = shown + [sys.executable, "-m", __name__, json.dumps(node_launch)]
     where = "one node" if nodes == 1 else f"{nodes} nodes"
     logger.info("launching %d training processes on %s: %s", processes * nodes, where, " ".join(shown))
-    # torch.distributed.run passes a stop signal on to the training processes and kills them after this long
+    # torch.distributed.run passes a stop signal on to the training processes and kills them after this long (srun
+    # hands the variable on to each node's launcher)
     environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
     with open(log_path, "a", encoding="utf-8") as log:
         launcher = subprocess.Popen(
@@ -130,9 +136,8 @@ def launch_training(
             stop_launched(launcher, signal.SIGTERM if nodes > 1 else stop_signal_of(stopped))
             raise
     if returncode != 0:
-        raise SnakeskillsError(
-            f"the {processes * nodes} training processes on {'one node' if nodes == 1 else f'{nodes} nodes'} failed "
-            f"(exit {returncode}): "
+        raise LaunchFailed(
+            f"the {processes * nodes} training processes on {where} failed (exit {returncode}): "
             f"{failure(records, processes, nodes)}; see {log_path}"
         )
     shutil.rmtree(records, ignore_errors=True)
@@ -272,8 +277,7 @@ def node_main(argument: str) -> int:
         main_address=address,
         port=launch["port"],
     )
-    environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
-    launcher = subprocess.Popen(command, env=environment)
+    launcher = subprocess.Popen(command)  # its environment holds launch_training's TORCH_ELASTIC_SHUTDOWN_TIMEOUT
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda number, _frame: launcher.send_signal(number))
     returncode = launcher.wait()

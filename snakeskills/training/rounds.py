@@ -128,7 +128,7 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
         kept_checkpoint,
         trainer_dir_for,
     )
-    from snakeskills.training.launch import launch_training
+    from snakeskills.training.launch import LaunchFailed, launch_training
     from snakeskills.training.trainer import stop_signals_interrupt
 
     arguments = {"method": method, "run": dataclasses.asdict(run), "options": options}
@@ -155,7 +155,7 @@ def train_round(method: str, run: RoundRun, options: dict, *, log_path: str | Pa
             steps=run.training["checkpoint_steps"],
         )
         raise TrainingInterrupted(message) from None
-    except SnakeskillsError as failed:
+    except LaunchFailed as failed:
         kept = kept_checkpoint(trainer_dir_for(run.output_dir))
         rerun = (
             f"a rerun resumes from the checkpoint of step {kept[0]}"
