@@ -98,6 +98,15 @@ fi
 # 1. the single-node cluster: packages, munge, mariadb and slurmdbd, shared with this cluster
 env -u SLURM_CONF bash "$(dirname "${BASH_SOURCE[0]}")/setup-slurm.sh"
 export SLURM_CONF=$CONF # from here on, slurm commands talk to this cluster
+# ip (iproute2) makes the bridge and the namespaces; a minimal image may lack it
+if ! command -v ip >/dev/null; then
+    log "installing iproute2"
+    exec 9>/tmp/snakeskills-apt.lock # one apt-get at a time on this machine (setup-slurm.sh takes the same lock)
+    flock 9
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+    exec 9>&-
+fi
 
 # 2. config: two nodes with this machine's CPUs and 40 % of its memory each (they share both)
 node_line=$(slurmd -C | sed -n 1p)
