@@ -28,6 +28,7 @@ with script_logging(snakemake.log[0]) as logger:
         processes=job.processes,
         distributed=job.distributed,
         nodes=job.nodes or 1,
+        **(job.chat_tools or {}),
     )
     options = trainer_options(method, job, snakemake.params.judging)
     metrics = train_round(method, run, options, log_path=snakemake.log[0])

@@ -65,7 +65,6 @@ def asked_model(
     prompt, sampling and reasoning settings; the settings file is part of the job's fingerprint."""
     from snakeskills.backends import backend_from_config, sampling_params
     from snakeskills.generation.model_job import AskedModel, reasoning_settings
-    from snakeskills.prompts import chat_format
 
     claim_gpus_for(generation, arguments.gpus)
     backend = backend_from_config(
@@ -74,7 +73,8 @@ def asked_model(
         model_path=model_path,
         adapter_path=adapter_path,
         threads=arguments.threads,
-        **chat_format(prompt),
+        chat_template=prompt["chat_template"],
+        chat_template_kwargs=prompt["chat_template_kwargs"],
     )
     return AskedModel(
         backend=backend,
@@ -108,18 +108,24 @@ def run_generate(arguments: argparse.Namespace) -> None:
 
     with script_logging(arguments.log) as logger:
         job = GenerationJob.from_json(arguments.settings)
+        prompt = job.prompt
+        if job.tools is not None:  # with tools.format chat_template, the prompt offers the tools as functions
+            from snakeskills.tools.functions import prompt_with_functions
+
+            prompt = prompt_with_functions(prompt, job.tools)
         model = asked_model(
             arguments,
             model=job.model,
             generation=job.generation,
-            prompt=job.prompt,
+            prompt=prompt,
             model_path=job.model_path,
             adapter_path=job.adapter_path,
         )
         if job.tools is not None:
             from snakeskills.tools.loop import ToolLoop, tool_use
 
-            model = dataclasses.replace(model, backend=ToolLoop(model.backend, tool_use(job.tools)))
+            use = tool_use(job.tools, prompt["chat_template_kwargs"])
+            model = dataclasses.replace(model, backend=ToolLoop(model.backend, use))
             logger.info("tools: %s", json.dumps(job.tools.to_dict()))
         counts = generate_chunk(
             model,

@@ -252,10 +252,29 @@ def saved_chat_template(folder: Path) -> str | dict | None:
     return template
 
 
-def render_messages(messages: list[dict], *, chat_template: bool, chat_template_kwargs: dict, tokenizer=None) -> str:
+def render_messages(
+    messages: list[dict],
+    *,
+    chat_template: bool,
+    chat_template_kwargs: dict,
+    tokenizer=None,
+    functions: list[dict] | None = None,
+    template: str | None = None,
+) -> str:
     """Turn messages (ending with a user turn) into the text the model continues; ``chat_template_kwargs`` are
-    passed to the chat template (prompt.chat_template_kwargs)."""
+    passed to the chat template (prompt.chat_template_kwargs). With tools called through the chat template
+    (``tools.format: chat_template``), ``functions`` are the tools' JSON schemas the template offers and
+    ``template`` the template that replaces the tokenizer's (tools.chat_template)."""
     if chat_template:
+        if template is not None or functions:
+            return tokenizer.apply_chat_template(
+                messages,
+                tools=functions or None,
+                chat_template=template,
+                tokenize=False,
+                add_generation_prompt=True,
+                **chat_template_kwargs,
+            )
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise SnakeskillsError(
                 "prompt.chat_template is true but the model's tokenizer has no chat template; "
@@ -277,7 +296,15 @@ def render_messages(messages: list[dict], *, chat_template: bool, chat_template_
     return "".join(message["content"] for message in messages)
 
 
-def encode_messages(messages: list[dict], *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> list[int]:
+def encode_messages(
+    messages: list[dict],
+    *,
+    chat_template: bool,
+    chat_template_kwargs: dict,
+    tokenizer,
+    functions: list[dict] | None = None,
+    template: str | None = None,
+) -> list[int]:
     """The token ids the model continues for a conversation ending with a user turn.
 
     The one place a prompt becomes model input (generation in every backend that tokenizes, the shared
@@ -288,15 +315,24 @@ def encode_messages(messages: list[dict], *, chat_template: bool, chat_template_
     gets the tokenizer's special tokens, as in pretraining.
     """
     text = render_messages(
-        messages, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
+        messages,
+        chat_template=chat_template,
+        chat_template_kwargs=chat_template_kwargs,
+        tokenizer=tokenizer,
+        functions=functions,
+        template=template,
     )
     return tokenizer(text, add_special_tokens=not chat_template)["input_ids"]
 
 
 def chat_format(prompt: dict) -> dict:
     """How a prompt's messages become model input: its ``chat_template`` and ``chat_template_kwargs``, as the
-    keyword arguments of ``render_messages`` / ``encode_messages`` (and of the backends that render them)."""
-    return {"chat_template": prompt["chat_template"], "chat_template_kwargs": prompt["chat_template_kwargs"]}
+    keyword arguments of ``render_messages`` / ``encode_messages`` (and of the backends that render them); with
+    tools called through the chat template, the functions offered and the template (``tools.functions``)."""
+    formatting = {"chat_template": prompt["chat_template"], "chat_template_kwargs": prompt["chat_template_kwargs"]}
+    if prompt.get("functions"):
+        formatting.update(functions=prompt["functions"], template=prompt.get("template"))
+    return formatting
 
 
 def model_input_ids(prompt: dict, record: dict, tokenizer) -> list[int]:

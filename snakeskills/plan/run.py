@@ -43,6 +43,9 @@ class Plan:
         self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
         self.tools = ToolsPlan(settings.tools, self.base_model) if settings.tools is not None else None
+        if self.tools is not None and self.tools.section.chat:  # the rounds' prompts offer the tools as functions
+            for training in self.trainings.values():
+                training.chat_tools = self.tools.prompt_format()
         own_writer = self.synthesis.own_writer if self.synthesis is not None else None
         tool_models = self.tools.evaluated_models if self.tools is not None else []
         # models that are sampled but never trained, each from its own config section (model, generation, prompt)

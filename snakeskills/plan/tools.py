@@ -35,6 +35,7 @@ class ToolsPlan:
         self.always_models = {ALWAYS_CALL.format(base=base_model, tool=tool): tool for tool in always}
         self.evaluated_models = [name for name, model in self.models.items() if model.evaluate]
         self.priced = tools.priced
+        self._training_section: Tools | None = None
 
     def baseline_models(self) -> list[str]:
         """The eval-only variants of the base student, in table order."""
@@ -62,9 +63,31 @@ class ToolsPlan:
 
     def training_section(self) -> Tools:
         """The tools a job uses (``tools.loop.tool_use``): each model tool with its weights' folder
-        (``model_path``), its resolved prompt and its generation through the shared model server."""
+        (``model_path``), its resolved prompt and its generation through the shared model server; with
+        ``format: chat_template`` the tools as functions and the template's text (built once)."""
+        if self._training_section is None:
+            self._training_section = self._job_tools()
+        return self._training_section
+
+    def prompt_format(self) -> dict:
+        """With ``format: chat_template``, what a prompt renders with beside its chat template: the tools'
+        functions and the template (``RoundRun.functions`` / ``template``)."""
+        from snakeskills.tools.functions import functions_format
+
+        return functions_format(self.training_section())
+
+    def _job_tools(self) -> Tools:
+        section = self.section
+        if section.chat:
+            from snakeskills.tools.chat_turns import template_text
+            from snakeskills.tools.functions import function_settings
+
+            template = None
+            if section.chat_template is not None:
+                template = template_text(section.chat_template, f"{section.key}.chat_template")
+            section = section.replace(functions=function_settings(section), template_text=template)
         if not self.models:
-            return self.section
+            return section
         models = {
             name: model.replace(
                 model_path=model.model.path,
@@ -73,7 +96,7 @@ class ToolsPlan:
             )
             for name, model in self.models.items()
         }
-        return self.section.replace(models=models)
+        return section.replace(models=models)
 
     def price(self, model: str) -> Price | None:
         """The price of a model tool answering on its own (its eval jobs); None for every other model."""
@@ -203,15 +226,15 @@ def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) 
     if tools.tool is not None:
         check_tool(tools, "tools.tool")
     prompts = student_prompts(config)
-    stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
-    for key, prompt in prompts.items():
-        stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
-    tags = plan.section.tags_by_tool()
-    check_tags(tags, stops)
-    for key, each in tags.values():
-        _check_tags_are_text(config, each, key)
-    for line in tags_warnings(tags, prompts, _bootstrap_tool_completions(config)):
-        warn(line)
+    if tools.chat:
+        check_chat_format(config, plan, prompts)
+    elif tools.chat_template is not None:
+        raise SnakeskillsError(
+            "config key tools.chat_template: the template is for tools.format: chat_template (calls through the chat "
+            "template); set it, or drop tools.chat_template"
+        )
+    else:
+        _check_tag_format(config, plan, prompts, warn)
     if "grpo" in config["methods"] and (grpo.get("vllm_mode") is not None or grpo.get("rollouts") != "hf"):
         key = "grpo.vllm_mode" if grpo["vllm_mode"] is not None else "grpo.rollouts"
         raise SnakeskillsError(
@@ -223,6 +246,65 @@ def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) 
             "config key tiny_model.tool_completion: tiny_model.tool_share asks for bootstrap completions that call "
             "the tool; give their template"
         )
+
+
+def _check_tag_format(config: dict, plan: ToolsPlan, prompts: dict, warn: Callable[[str], None]) -> None:
+    """Tags the loop can read (``check_tags``: no stop string cuts them, output tags apart from call tags, each
+    tool's own), that reach it as text, and warnings of tags nothing shows the model (``tags_warnings``)."""
+    stops = {f"generation.sampling.stop {stop!r}": stop for stop in config["generation"]["sampling"]["stop"]}
+    for key, prompt in prompts.items():
+        stops.update({f"{key}.template's stop {stop!r}": stop for stop in prompt["stop"]})
+    tags = plan.section.tags_by_tool()
+    check_tags(tags, stops)
+    for key, each in tags.values():
+        _check_tags_are_text(config, each, key)
+    for line in tags_warnings(tags, prompts, _bootstrap_tool_completions(config)):
+        warn(line)
+
+
+def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
+    """``tools.format: chat_template``: prompts rendered by a chat template, a backend whose token ids the loop
+    renders the turns onto (hf, vllm; not a shared model server or an OpenAI-compatible server yet), no tiny-model
+    bootstrap in tags; the functions and the template (``ToolsPlan.training_section``); and, where the plan can read
+    the student's tokenizer (a local folder), the template on it: it renders calls and tool messages, its calls read
+    back, and the model's end-of-turn token ends its turns (``ChatTurns``)."""
+    for key, prompt in prompts.items():
+        if not prompt["chat_template"]:
+            raise SnakeskillsError(
+                f"config key {key}.chat_template is false, but tools.format chat_template offers the tools through "
+                f"the chat template; set {key}.chat_template: true"
+            )
+    generation = config["generation"]
+    if generation["backend"] not in ("hf", "vllm"):
+        raise SnakeskillsError(
+            f"config key generation.backend is {generation['backend']}: tools.format chat_template renders the "
+            "model's turns itself, on the hf or vllm backend"
+        )
+    if generation["share_model"]["enabled"]:
+        raise SnakeskillsError(
+            "config key generation.share_model.enabled: tools.format chat_template runs on a model the job loads "
+            "itself; set generation.share_model.enabled: false"
+        )
+    tiny = config.get("tiny_model") or {}
+    if config["model"]["build_tiny"] and tiny.get("tool_share"):
+        raise SnakeskillsError(
+            "config key tiny_model.tool_share: the tiny model's bootstrap shows calls in tags; with tools.format "
+            "chat_template set it to 0 (or use tags)"
+        )
+    section = plan.training_section()
+    model = config["model"]
+    if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
+        return  # checked when the job loads the tokenizer
+    from transformers import AutoTokenizer
+
+    from snakeskills.tools.chat_turns import ChatTurns
+
+    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
+    where = f"model {model['name']} ({model['path']}) with " + (
+        f"tools.chat_template {section.chat_template!r}" if section.chat_template else "its own chat template"
+    )
+    schemas = [function["schema"] for function in section.functions]
+    ChatTurns(tokenizer, section.template_text, schemas, config["prompt"]["chat_template_kwargs"], where)
 
 
 def student_prompts(config: dict) -> dict[str, dict]:

@@ -35,6 +35,8 @@ class TrainingPlan:
         # what a round's training writes: an adapter on the base model (lora) or a full checkpoint (full)
         self.output = layout.checkpoint if self.full else layout.adapter
         self.layout = layout
+        # with tools called through the chat template: the functions and template the round's prompts render with
+        self.chat_tools: dict | None = None
 
     def tuned_checkpoint(self, model: str) -> str | None:
         """A tuned round's own checkpoint folder (full fine-tuning); ``None`` where it loads base + adapter."""
@@ -74,7 +76,11 @@ class TrainingPlan:
         }
         nodes = self.config["training"]["nodes"]
         # on one node the key is left out, so that the params of rounds trained before it existed read the same
-        return run if nodes == 1 else {**run, "nodes": nodes}
+        if nodes != 1:
+            run["nodes"] = nodes
+        if self.chat_tools is not None:
+            run["chat_tools"] = self.chat_tools
+        return run
 
 
 # the training keys that change no weights and are left out of a rule's params, so that changing one (or a new

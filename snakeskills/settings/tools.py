@@ -140,7 +140,18 @@ class Tools(Section):
     sandbox: str
     workers: int
     price: Price | None = optional()
+    format: str | None = optional()  # absent: tags
+    chat_template: str | None = optional()
     first_call: str | None = optional()
+    # set by the plan with format chat_template: the tools as functions (``functions.ToolFunction`` fields each)
+    # and the text of tools.chat_template (None: the model's own template)
+    functions: list[dict] | None = optional()
+    template_text: str | None = optional()
+
+    @property
+    def chat(self) -> bool:
+        """Whether calls go through the model's chat template (``format: chat_template``) rather than tags."""
+        return self.format == "chat_template"
 
     @property
     def program_price(self) -> Price:

@@ -56,6 +56,9 @@ class Round(Section):
     distributed: str
     lora: dict | None = optional()
     nodes: int | None = optional()  # absent on one node
+    # absent unless tools are called through the chat template: the functions the prompts offer and the template
+    # (``RoundRun.functions`` / ``template``)
+    chat_tools: dict | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

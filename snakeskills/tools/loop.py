@@ -28,6 +28,7 @@ from snakeskills.backends.types import GenerationRequest, GenerationResult, Samp
 from snakeskills.errors import SnakeskillsError
 from snakeskills.settings.tools import FREE, Price, Tags, Tools
 from snakeskills.tools.protocol import ToolCall, output_parts, turn_call
+from snakeskills.tools.session import ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ RECORD_FIELDS = (
     "tool_call_log",
 )
 COST_FIELD = "cost"
+# with tools.format chat_template: the messages after the prompt (assistant turns with their tool_calls, the tool
+# messages, the last assistant turn), beside the rendered transcript in ``generation``
+CONVERSATION_FIELD = "conversation"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,16 @@ class ToolUse:
     price: Price = FREE
     models: tuple = ()
     first_call: str | None = None
+    # tools.format chat_template: the tools as functions (``functions.ToolFunction`` each), the template that
+    # replaces the model's (None: its own) and the prompt's chat_template_kwargs
+    functions: tuple = ()
+    chat_template: str | None = None
+    chat_template_kwargs: dict = field(default_factory=dict)
+
+    @property
+    def chat(self) -> bool:
+        """Whether calls go through the model's chat template (JSON function calls, tool messages)."""
+        return bool(self.functions)
 
     def tools(self) -> dict[str, LoopTool]:
         """Every tool by name: the program tool first, then the models."""
@@ -94,9 +108,11 @@ class ToolUse:
         return bool(self.models) or not self.price.free
 
 
-def tool_use(tools: Tools) -> ToolUse:
-    """The tools section a job reads (each model tool's ``model_path`` and resolved prompt set by the plan) as the
-    loop uses it."""
+def tool_use(tools: Tools, chat_template_kwargs: dict | None = None) -> ToolUse:
+    """The tools section a job reads (each model tool's ``model_path`` and resolved prompt set by the plan, and with
+    ``format: chat_template`` the functions and template) as the loop uses it; ``chat_template_kwargs``: the
+    prompt's, which the template's turns after a call are rendered with too."""
+    from snakeskills.tools.functions import ToolFunction
     from snakeskills.tools.model_tool import ModelToolSettings
 
     models = tuple(
@@ -110,6 +126,9 @@ def tool_use(tools: Tools) -> ToolUse:
         price=tools.program_price,
         models=models,
         first_call=tools.first_call,
+        functions=tuple(ToolFunction(**function) for function in tools.functions or ()),
+        chat_template=tools.template_text,
+        chat_template_kwargs=dict(chat_template_kwargs or {}),
     )
 
 
@@ -162,6 +181,7 @@ class _Row:
     sessions: dict = field(default_factory=dict)  # tool name: this sample's session of it
     log: list[dict] = field(default_factory=list)  # each call: tool, cost, tokens, seconds, failed, timed out
     cost: float = 0.0
+    conversation: list[dict] = field(default_factory=list)  # chat template: the messages after the prompt
 
 
 def _after_outputs(row: _Row) -> int:
@@ -188,6 +208,20 @@ class ToolLoop:
         if hasattr(backend, "keep_tokens"):  # every turn's exact ids (their log-probabilities come with them)
             backend.keep_tokens = True
         self.ids = bool(getattr(backend, "keep_tokens", False))
+        self.chat = None
+        if use.chat:
+            from snakeskills.tools.chat_turns import ChatTurns
+
+            if getattr(backend, "takes", "token_ids") != "token_ids":
+                raise SnakeskillsError(
+                    "tools.format chat_template: the loop renders the model's chat template itself, so it runs on "
+                    f"the hf and vllm backends, not on {getattr(backend, 'name', type(backend).__name__)}"
+                )
+            self.tags = {}
+            self.functions = {function.name: function for function in use.functions}
+            schemas = [function.schema for function in use.functions]
+            where = "tools.format chat_template" + (" (tools.chat_template)" if use.chat_template else "")
+            self.chat = ChatTurns(backend.tokenizer, use.chat_template, schemas, use.chat_template_kwargs, where)
 
     @property
     def forces_first_call(self) -> bool:
@@ -200,7 +234,7 @@ class ToolLoop:
     def generate(
         self, requests: list[GenerationRequest], sampling: SamplingParams, on_results=None, on_step=None
     ) -> list[GenerationResult]:
-        ends = [tags.code_end for tags in self.tags.values()]
+        ends = [tags.code_end for tags in self.tags.values()]  # none with the chat template: a turn ends at EOS
         sampling = dataclasses.replace(sampling, stop=tuple(dict.fromkeys([*sampling.stop, *ends])))
         rows = [_Row(request) for request in requests]
         results: list[GenerationResult | None] = [None] * len(rows)
@@ -217,8 +251,15 @@ class ToolLoop:
             if on_results is not None:
                 on_results([results[index]])
 
-        def submit(index: int, call: ToolCall) -> None:
+        def submit(index: int, call) -> None:
             row = rows[index]
+            if self.chat is not None:  # a turn's function calls, run in order
+                for function in call:
+                    tool = self._function_tool(function)
+                    if tool is not None and tool not in row.sessions:
+                        row.sessions[tool] = self.tools[tool].start(row.request.seed)
+                calls[pool.submit(self._run_functions, row, call)] = (index, call)
+                return
             if call.tool not in row.sessions:
                 row.sessions[call.tool] = self.tools[call.tool].start(row.request.seed)
             calls[pool.submit(row.sessions[call.tool].call, call.text)] = (index, call)
@@ -255,7 +296,7 @@ class ToolLoop:
                             finish(index, "error", turn.error)
                         elif pending is None:
                             finish(index, turn.finish_reason)
-                        elif row.calls >= self.use.max_calls:
+                        elif row.calls + (len(pending) if self.chat is not None else 1) > self.use.max_calls:
                             row.over_limit = True
                             finish(index, "stop")
                         else:
@@ -266,7 +307,10 @@ class ToolLoop:
                 for future in done:
                     index, call = calls.pop(future)
                     row = rows[index]
-                    self._append_output(row, call, future.result())
+                    if self.chat is not None:
+                        self._append_tool_messages(row, call, future.result())
+                    else:
+                        self._append_output(row, call, future.result())
                     if row.tokens >= sampling.max_new_tokens:
                         finish(index, "length")
                     else:
@@ -286,9 +330,19 @@ class ToolLoop:
             return []
         return self.backend.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=plain)
 
-    def _pending(self, row: _Row) -> ToolCall | None:
+    def _pending(self, row: _Row):
         """The call the row's transcript ends with, read after its last tool output (an output may hold another
-        tool's tags)."""
+        tool's tags); with the chat template, the function calls of a turn that ended with its end-of-turn token
+        (None: no call, the sample's answer)."""
+        if self.chat is not None:
+            if self.ids and not row.eos_left_out:  # a stop string ended the turn: the sample ends
+                return None
+            content, functions = self.chat.parse(row.text[row.turn_start :])
+            if not functions:
+                return None
+            called = [function.message() for function in functions if function.problem is None]
+            row.conversation.append({"role": "assistant", "content": content, "tool_calls": called})
+            return functions
         return turn_call(row.text[_after_outputs(row) :], self.tags, past_end=row.token_ids is not None)
 
     def _force_call(self, row: _Row, tool: str) -> ToolCall | None:
@@ -300,6 +354,8 @@ class ToolLoop:
         row.turns = 1
         if self.use.max_calls <= 0:
             return None
+        if self.chat is not None:
+            return self._force_function_call(row, tool)
         begin, call = self.tags[tool].code_begin, row.request.forced_call
         if self.ids:
             ids = self._encode(begin, plain=False) + self._encode(call, plain=True)
@@ -309,6 +365,27 @@ class ToolLoop:
             row.text = begin + call
             row.segments = [(begin, False), (call, True)]
         return ToolCall(tool, call)
+
+    def _force_function_call(self, row: _Row, tool: str) -> list:
+        """The always-ask baseline's first turn through the chat template: an assistant turn calling ``tool``'s
+        function with the problem, written as the template writes it, ended by the model's end-of-turn token (the
+        loop's text; its ids, where kept, masked out of any loss)."""
+        from snakeskills.tools.function_calls import FunctionCall
+
+        function = next(function for function in self.functions.values() if function.tool == tool)
+        call = FunctionCall(function.name, {function.argument: row.request.forced_call})
+        turn = self.chat.call_turn(call)
+        if self.ids:
+            ids = self._encode(turn, plain=False)
+            end_ids = self._encode(self.chat.end_text, plain=False)
+            row.token_ids = ids + end_ids
+            row.logprobs, row.model_token = [0.0] * len(row.token_ids), [0] * len(row.token_ids)
+            row.text, row.eos_left_out = self._decode(ids), True
+        else:
+            row.text = turn
+            row.segments = [(turn, False)]
+        row.conversation.append({"role": "assistant", "content": "", "tool_calls": [call.message()]})
+        return [call]
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
         request = row.request
@@ -404,17 +481,24 @@ class ToolLoop:
             row.text += opening + output + closing
             row.segments += [(opening, False), (output, True), (closing, False)]
         row.spans.append([start, len(row.text)])
+        self._count(row, name, outcome)
+
+    def _count(self, row: _Row, name: str, outcome) -> None:
+        """One call's share of the row's statistics, its cost and its entry in the call log (``name``: the tool's;
+        a function call no tool could take logs the function's name it gave)."""
+        tool = self.tools.get(name)
+        price = tool.price if tool is not None else FREE
         row.calls += 1
         row.timeouts += outcome.timeout
         row.errors += outcome.error
         row.seconds += outcome.seconds
-        if outcome.input_tokens is None and tool.price.per_input_token and not outcome.refused:
+        if outcome.input_tokens is None and price.per_input_token and not outcome.refused:
             raise SnakeskillsError(
                 f"tools.models.{name}.price.per_input_token: the tool's backend gave no count of the tokens its prompt "
                 "had, so the price of its calls cannot be counted"
             )
         # a call its model refused (a prompt too long) ran nothing and costs nothing
-        cost = 0.0 if outcome.refused else tool.price.cost(outcome.input_tokens or 0, outcome.output_tokens)
+        cost = 0.0 if outcome.refused else price.cost(outcome.input_tokens or 0, outcome.output_tokens)
         row.cost += cost
         row.log.append(
             {
@@ -428,6 +512,60 @@ class ToolLoop:
             }
         )
 
+    # function calls through the chat template
+
+    def _function_tool(self, function) -> str | None:
+        """The tool a function call runs, or None where it names no function of the run or cannot be read."""
+        known = self.functions.get(function.name) if function.problem is None else None
+        return None if known is None else known.tool
+
+    def _run_functions(self, row: _Row, functions: list) -> list:
+        """Run a turn's function calls in order (in a tool worker); a call that cannot run (unreadable, an unknown
+        function, wrong arguments) gets an error the model reads, as a failed call."""
+        outcomes = []
+        for function in functions:
+            problem = function.problem
+            known = self.functions.get(function.name) if problem is None else None
+            if problem is None and known is None:
+                problem = f"unknown function {function.name!r}; the functions are: {', '.join(self.functions)}"
+            text = None
+            if problem is None:
+                text, problem = known.call_text(function.arguments)
+            if problem is not None:
+                outcomes.append(ToolResult(f"Error: {problem}", error=True, timeout=False, seconds=0.0))
+            else:
+                outcomes.append(row.sessions[known.tool].call(text))
+        return outcomes
+
+    def _append_tool_messages(self, row: _Row, functions: list, outcomes: list) -> None:
+        """The tool messages answering a turn's calls, in order, as the chat template renders them after the
+        model's end-of-turn token (which stays the model's): appended to the ids (mask 0) or the text."""
+        messages = [
+            {"role": "tool", "name": function.name or "invalid", "content": outcome.output}
+            for function, outcome in zip(functions, outcomes, strict=True)
+        ]
+        row.conversation += messages
+        if row.token_ids is not None:
+            end_text = self._decode(row.token_ids[-1:]) if row.eos_left_out else ""
+            row.eos_left_out = False
+            start = len(self._decode(row.token_ids))
+            pieces = self.chat.suffix(messages, end_text)
+            appended = [id_ for text, plain in pieces for id_ in self._encode(text, plain=plain)]
+            row.token_ids += appended
+            row.logprobs += [0.0] * len(appended)
+            row.model_token += [0] * len(appended)
+            row.text = self._decode(row.token_ids)
+        else:  # the backend's text leaves the end-of-turn token out: the model wrote it
+            row.text += self.chat.end_text
+            row.segments.append((self.chat.end_text, False))
+            start = len(row.text)
+            for text, plain in self.chat.suffix(messages):
+                row.text += text
+                row.segments.append((text, plain))
+        row.spans.append([start, len(row.text)])
+        for function, outcome in zip(functions, outcomes, strict=True):
+            self._count(row, self._function_tool(function) or function.name or "invalid", outcome)
+
     def _result(self, row: _Row, finish_reason: str, error: str | None, sampling: SamplingParams) -> GenerationResult:
         text = row.text
         if finish_reason == "stop" and not row.eos_left_out:
@@ -439,6 +577,10 @@ class ToolLoop:
         stats = dict(zip(RECORD_FIELDS, values, strict=True))
         if self.use.priced:
             stats[COST_FIELD] = round(row.cost, 10)
+        if self.chat is not None:
+            final = text[_after_outputs(row) :]
+            if row.conversation or final:
+                stats[CONVERSATION_FIELD] = [*row.conversation, {"role": "assistant", "content": final}]
         details = {}
         if row.token_ids is not None:
             details = {

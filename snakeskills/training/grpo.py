@@ -38,19 +38,13 @@ from snakeskills.training.trainer import check_batch_divides, completion_positio
 logger = logging.getLogger(__name__)
 
 
-def rl_dataset_rows(problems: list[dict], tokenizer, *, chat_template: bool, chat_template_kwargs: dict):
+def rl_dataset_rows(problems: list[dict], tokenizer, **formatting):
     """The trainer's rows (``prompt``: the prompt's text, a key into the returned token ids; ``row``: the problem's
-    fields as JSON, for the judge) and each prompt's token ids as generation builds them."""
+    fields as JSON, for the judge) and each prompt's token ids as generation builds them (``formatting``:
+    ``RoundRun.prompt_format``)."""
     rows, prompt_ids = [], {}
     for problem in problems:
-        ids = list(
-            encode_messages(
-                problem["prompt"],
-                chat_template=chat_template,
-                chat_template_kwargs=chat_template_kwargs,
-                tokenizer=tokenizer,
-            )
-        )
+        ids = list(encode_messages(problem["prompt"], tokenizer=tokenizer, **formatting))
         text = tokenizer.decode(ids)
         if prompt_ids.setdefault(text, ids) != ids:
             raise SnakeskillsError(f"two GRPO prompts read {text!r} but differ in their tokens")
@@ -294,9 +288,7 @@ def train(
     def build(model, tokenizer):
         from trl import GRPOConfig
 
-        rows, prompt_ids = rl_dataset_rows(
-            problems, tokenizer, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs
-        )
+        rows, prompt_ids = rl_dataset_rows(problems, tokenizer, **run.prompt_format())
         common = run.trainer_arguments()
         common["logging_steps"] = 1  # every step's reward: the report plots reward by step
         settings = {
@@ -344,7 +336,7 @@ def train(
                 from snakeskills.tools.loop import tool_use
 
                 trl_names.require_key(GRPOTrainer, TRL_TOOL_MASK, "gives as the mask of the tools' tokens")
-                use = tool_use(Tools.from_dict(tools, "tools"))
+                use = tool_use(Tools.from_dict(tools, "tools"), run.chat_template_kwargs)
             extra["rollout_func"] = BackendRollouts(prompt_ids, sampling, seed=run.seed, batch_size=batch, tools=use)
         trainer = tokenized_trainer(
             trainer_class, model, tokenizer, arguments, rows, training=run.training, reward_funcs=reward_funcs, **extra

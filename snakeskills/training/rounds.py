@@ -42,6 +42,17 @@ class RoundRun:
     processes: int = 1  # on each node
     distributed: str = "ddp"
     nodes: int = 1
+    # tools called through the chat template (tools.format chat_template): the functions the prompts offer and the
+    # template that replaces the model's (``Round.chat_tools``)
+    functions: list | None = None
+    template: str | None = None
+
+    def prompt_format(self) -> dict:
+        """How the round's prompts become token ids: ``prompts.encode_messages``' keyword arguments."""
+        formatting = {"chat_template": self.chat_template, "chat_template_kwargs": self.chat_template_kwargs}
+        if self.functions:
+            formatting.update(functions=self.functions, template=self.template)
+        return formatting
 
     @property
     def world_size(self) -> int:

@@ -107,16 +107,14 @@ def train_on_examples(model, tokenizer, examples: list[dict], **settings):
     return run_trainer(trainer, resume_from, len(examples)), trainer
 
 
-def to_prompt_completion(record: dict, *, chat_template: bool, chat_template_kwargs: dict, tokenizer) -> dict:
+def to_prompt_completion(record: dict, *, tokenizer, **formatting) -> dict:
     """An SFT record as the trainer's example: the prompt's token ids, exactly as generation builds them
     (``prompts.encode_messages``, with the prompt's chat template and its kwargs), the assistant's text, and its
     ``tool_output_spans`` where the record has them."""
     messages = record["messages"]
     if messages[-1]["role"] != "assistant":
         raise SnakeskillsError(f"SFT record {record['id']!r}: the last message must be the assistant's")
-    prompt_ids = encode_messages(
-        messages[:-1], chat_template=chat_template, chat_template_kwargs=chat_template_kwargs, tokenizer=tokenizer
-    )
+    prompt_ids = encode_messages(messages[:-1], tokenizer=tokenizer, **formatting)
     example = {"prompt_ids": prompt_ids, "completion": messages[-1]["content"]}
     if record.get(TOOL_OUTPUT_SPANS):
         example[TOOL_OUTPUT_SPANS] = record[TOOL_OUTPUT_SPANS]
@@ -129,12 +127,7 @@ def train(run: RoundRun) -> dict:
 
     def build(model, tokenizer):
         examples = [
-            to_prompt_completion(
-                record,
-                chat_template=run.chat_template,
-                chat_template_kwargs=run.chat_template_kwargs,
-                tokenizer=tokenizer,
-            )
+            to_prompt_completion(record, tokenizer=tokenizer, **run.prompt_format())
             for record in iter_jsonl(run.data_path)
         ]
         trainer, resume_from = sft_trainer(

@@ -216,9 +216,7 @@ def tokenized_answers(
 
     if tokenizer.eos_token_id is None:
         raise SnakeskillsError(f"the tokenizer has no eos_token; {method} needs one to end each answer")
-    prompt_ids = encode_messages(
-        prompt, chat_template=run.chat_template, chat_template_kwargs=run.chat_template_kwargs, tokenizer=tokenizer
-    )
+    prompt_ids = encode_messages(prompt, tokenizer=tokenizer, **run.prompt_format())
     row = {"prompt_ids": list(prompt_ids)}
     for column, text in answers.items():
         answer_spans = (spans or {}).get(column) or []

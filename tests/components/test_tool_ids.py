@@ -207,8 +207,9 @@ class TokenScriptedBackend:
         import torch
         from transformers import StopStringCriteria
 
-        if sampling.stop not in self._criteria:
-            self._criteria[sampling.stop] = StopStringCriteria(self.tokenizer, list(sampling.stop))
+        if sampling.stop not in self._criteria:  # none without stop strings (the chat template's turns)
+            stops = list(sampling.stop)
+            self._criteria[sampling.stop] = StopStringCriteria(self.tokenizer, stops) if stops else None
         criterion = self._criteria[sampling.stop]
         results = []
         for request in requests:
@@ -220,7 +221,7 @@ class TokenScriptedBackend:
             for token in plan[: request.budget(sampling)]:
                 generated.append(token)
                 sequence = torch.tensor([[*request.prompt_token_ids, *generated]])
-                if token in self.eos_token_ids or bool(criterion(sequence, None)[0]):
+                if token in self.eos_token_ids or (criterion is not None and bool(criterion(sequence, None)[0])):
                     finish = "stop"
                     break
             text = self.tokenizer.decode(generated, skip_special_tokens=True)

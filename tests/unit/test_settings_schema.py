@@ -16,7 +16,7 @@ from snakeskills.settings.tools import Baselines, ModelTool, Price, ServedModel,
 from snakeskills.settings.training import Trainer, TrainingRun
 
 # fields the plan sets for a job, no config key's
-PLANNED = {Tools: {"first_call"}, ModelTool: {"model_path"}, TinyModel: {"tools"}}
+PLANNED = {Tools: {"first_call", "functions", "template_text"}, ModelTool: {"model_path"}, TinyModel: {"tools"}}
 SECTIONS = [
     Generation,
     OpenAIServer,
