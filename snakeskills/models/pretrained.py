@@ -240,6 +240,24 @@ def main(argv: list[str] | None = None) -> None:
     print_model_folder(folder, arguments.link)
 
 
+def recipe_folder(prefix: str, recipe: dict, build: Callable[[Path], None], *, cache: str | Path | None) -> Path:
+    """A model built once per machine from a ``recipe``: ``<cache>/test-models/<prefix>-<digest of the recipe>``,
+    built by ``build(folder)`` under a lock (``build`` writes it whole or not at all) where it is not there yet."""
+    import fcntl
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(cache) if cache is not None else cache_directory()
+    folder = root / "test-models" / f"{prefix}-{digest}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.is_dir():
+            build(folder)
+    return folder
+
+
 def print_model_folder(build: Callable[[], Path], link: str | None) -> None:
     """A model command's end: build (or find) the folder, make ``link`` point at it where given, and print where it
     is; a ``SnakeskillsError`` is printed as one line and exits 1."""

@@ -304,7 +304,14 @@ def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
         f"tools.chat_template {section.chat_template!r}" if section.chat_template else "its own chat template"
     )
     schemas = [function["schema"] for function in section.functions]
-    ChatTurns(tokenizer, section.template_text, schemas, config["prompt"]["chat_template_kwargs"], where)
+    chat = ChatTurns(tokenizer, section.template_text, schemas, config["prompt"]["chat_template_kwargs"], where)
+    special = [marker for marker in chat.calls.format.markers if marker in tokenizer.all_special_tokens]
+    if generation["backend"] == "vllm" and special:
+        raise SnakeskillsError(
+            f"config key generation.backend is vllm, but the calls of {where} are marked by special tokens of its "
+            f"tokenizer ({', '.join(special)}), which vLLM leaves out of the text it returns: the loop would never "
+            "see a call; use generation.backend: hf (the loop reads its token ids, special tokens included)"
+        )
 
 
 def student_prompts(config: dict) -> dict[str, dict]:

@@ -47,6 +47,7 @@ class CallFormat:
     name: str
     parse: Callable[[str, dict], tuple[str, list[FunctionCall]]]
     description: str
+    markers: tuple[str, ...] = ()  # the text that marks a call (a backend that drops special tokens must keep it)
 
 
 def _read_call(value, arguments_key: str) -> FunctionCall:
@@ -160,12 +161,20 @@ def _strip_think(text: str) -> str:
 
 CALL_FORMATS = {
     "hermes": CallFormat(
-        "hermes", parse_hermes, 'Qwen2.5 / Qwen3 / Hermes: <tool_call>{"name": ..., "arguments": ...}</tool_call>'
+        "hermes",
+        parse_hermes,
+        'Qwen2.5 / Qwen3 / Hermes: <tool_call>{"name": ..., "arguments": ...}</tool_call>',
+        ("<tool_call>", "</tool_call>"),
     ),
     "llama3_json": CallFormat(
         "llama3_json", parse_llama3_json, 'Llama 3.1 / 3.2: the turn is {"name": ..., "parameters": ...}'
     ),
-    "glm4": CallFormat("glm4", parse_glm4, "GLM-4.5: <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>"),
+    "glm4": CallFormat(
+        "glm4",
+        parse_glm4,
+        "GLM-4.5: <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>",
+        ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+    ),
 }
 
 

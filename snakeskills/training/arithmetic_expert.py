@@ -13,9 +13,6 @@ recipe, built under a lock and renamed into place when complete::
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
-import json
 import os
 import random
 import shutil
@@ -33,19 +30,10 @@ RECIPE = {
 
 def arithmetic_expert_folder(*, cache: str | Path | None = None) -> Path:
     """The expert's checkpoint folder, built first if this machine has none."""
-    from snakeskills.models.pretrained import cache_directory, packaged_model_folder
+    from snakeskills.models.pretrained import packaged_model_folder, recipe_folder
 
     base = packaged_model_folder("smollm2-135m-instruct", cache=cache)
-    recipe = json.dumps(RECIPE, sort_keys=True)
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
-    root = Path(cache) if cache is not None else cache_directory()
-    folder = root / "test-models" / f"smollm2-arithmetic-teacher-{digest}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not folder.is_dir():
-            _build(base, folder)
-    return folder
+    return recipe_folder("smollm2-arithmetic-teacher", RECIPE, lambda folder: _build(base, folder), cache=cache)
 
 
 def _build(base: Path, folder: Path) -> None:
