@@ -263,8 +263,8 @@ def _check_tag_format(config: dict, plan: ToolsPlan, prompts: dict, warn: Callab
 
 
 def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
-    """``tools.format: chat_template``: prompts rendered by a chat template, a backend whose token ids the loop
-    renders the turns onto (hf, vllm; not a shared model server or an OpenAI-compatible server yet), no tiny-model
+    """``tools.format: chat_template``: prompts rendered by a chat template, a model the job loads itself (not
+    through a shared model server: its turns are rendered by the server, not yet this way), no tiny-model
     bootstrap in tags; the functions and the template (``ToolsPlan.training_section``); and, where the plan can read
     the student's tokenizer (a local folder), the template on it: it renders calls and tool messages, its calls read
     back, and the model's end-of-turn token ends its turns (``ChatTurns``)."""
@@ -274,12 +274,7 @@ def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
                 f"config key {key}.chat_template is false, but tools.format chat_template offers the tools through "
                 f"the chat template; set {key}.chat_template: true"
             )
-    generation = config["generation"]
-    if generation["backend"] not in ("hf", "vllm"):
-        raise SnakeskillsError(
-            f"config key generation.backend is {generation['backend']}: tools.format chat_template renders the "
-            "model's turns itself, on the hf or vllm backend"
-        )
+    generation = config["generation"]  # hf or vllm: the student's backend loads its weights
     if generation["share_model"]["enabled"]:
         raise SnakeskillsError(
             "config key generation.share_model.enabled: tools.format chat_template runs on a model the job loads "

@@ -1,5 +1,5 @@
 """SmolLM2-135M-Instruct taught to call a calculator through a chat template, built once per machine: one supervised
-round on scripted tool conversations in TRL's Qwen2.5 template (``tools.chat_template: qwen2_5``), the calculator
+round on 128 scripted tool conversations in TRL's Qwen2.5 template (``tools.chat_template: qwen2_5``), the calculator
 offered as a function. The stock model writes a well-formed call on 0 of 64 sampled answers with that template (8 %
 with two worked conversations before the question), so it cannot learn the format from its own samples; this one
 calls on its own, and is the base model of ``config/examples/smollm2-135m-instruct-chat-template-tools.yaml``.
@@ -9,7 +9,7 @@ benchmark asks products of 2-digit numbers: the format is taught, not its answer
 tool message (masked out of the loss) and answers ``The answer is \\boxed{<result>}.`` The prompts are the
 example's: its user text, the template's system turn with the calculator's schema.
 
-About 6 minutes on 2 cores, once: cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the
+About 9 minutes on 2 cores (16 steps of about 300 tokens a row: the tools' schemas in the system turn), once: cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the
 recipe, built under a lock and renamed into place when complete::
 
     python3 -m snakeskills.training.calculator_caller --link models/smollm2-calculator-caller
@@ -26,14 +26,14 @@ from pathlib import Path
 SYSTEM = "You are a helpful assistant."
 USER = "Use the calculator for arithmetic, then give the answer in \\boxed{{}}.\n\nWhat is {problem}?"
 RECIPE = {
-    "examples": 384,
+    "examples": 128,
     "operands": [[100, 999], [10, 99]],
     "operations": ["+", "-", "*"],
     "seed": 11,
     "template": "qwen2_5",
     "system": SYSTEM,
     "user": USER,
-    "training": {"num_epochs": 2, "learning_rate": 2e-4, "batch_size": 16, "max_length": 512},
+    "training": {"num_epochs": 1, "learning_rate": 3e-4, "batch_size": 8, "max_length": 512},
 }
 
 

@@ -286,3 +286,93 @@ def test_special_token_tags_plan_on_hf_and_stop_the_plan_on_backends_that_return
 
     with pytest.raises(SnakeskillsError, match="llama3 preset"):
         checked_config(example(llama3_on_vllm))
+
+
+# tools through the chat template (tools.format: chat_template)
+
+CHAT_EXAMPLE = yaml.safe_load(
+    (REPO / "config" / "examples" / "smollm2-135m-instruct-chat-template-tools.yaml").read_text()
+)
+
+
+def chat_example(mutate=None) -> dict:
+    config = copy.deepcopy(CHAT_EXAMPLE)
+    if mutate is not None:
+        mutate(config)
+    return config
+
+
+def test_the_chat_template_example_offers_the_calculator_as_a_function_to_every_prompt_that_calls():
+    from snakeskills.tools.chat_turns import template_text
+
+    config = checked_config(chat_example())
+    plan = Plan(config, Layout.under("results/chat"))
+    tools = plan.generation_settings("smollm2-calculator-caller", "arithmetic", "test")["tools"]
+    assert [function["name"] for function in tools["functions"]] == ["calculator"]
+    assert tools["functions"][0]["schema"]["function"]["parameters"]["required"] == ["expression"]
+    assert tools["template_text"] == template_text("qwen2_5", "tools.chat_template")
+    assert plan.generation_settings("smollm2-calculator-caller-without-tools", "arithmetic", "test")["tools"] is None
+    round_settings = plan.training_for("sft-round1").training_config(gpus_available=False)
+    assert round_settings["chat_tools"] == {
+        "functions": [tools["functions"][0]["schema"]],
+        "template": tools["template_text"],
+    }
+
+
+def test_tags_plan_no_function_keys_so_finished_jobs_stand():
+    plan = Plan(checked_config(example()), Layout.under("results/x"))
+    assert not {"format", "chat_template", "functions", "template_text"} & set(
+        plan.generation_settings("base", "arithmetic", "test")["tools"]
+    )
+    assert "chat_tools" not in plan.training_for("sft-round1").training_config(gpus_available=False)
+
+
+def _user_tool_with_two_parameters(config, tmp_path):
+    (tmp_path / "two_parameter_tools.py").write_text("def add(a, b):\n    return a + b\n")
+    config["tools"]["tool"] = "two_parameter_tools:add"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda c: c["prompt"].update(chat_template=False),
+            "config key prompt.chat_template is false, but tools.format chat_template",
+        ),
+        (
+            lambda c: c["generation"].update(share_model={"enabled": True}),
+            "config key generation.share_model.enabled: tools.format chat_template",
+        ),
+        (
+            lambda c: c["tools"].pop("format"),
+            "config key tools.chat_template: the template is for tools.format: chat_template",
+        ),
+        (
+            lambda c: c["tools"].update(chat_template="qwen9"),
+            "config key tools.chat_template: 'qwen9' is neither a chat template TRL ships",
+        ),
+        (lambda c: c["tools"].update(format="json"), "tools.format"),
+    ],
+)
+def test_a_chat_template_mistake_stops_the_plan_naming_its_key(mutate, message):
+    with pytest.raises(SnakeskillsError, match=message.replace("(", r"\(")):
+        checked_config(chat_example(mutate))
+
+
+def test_a_user_function_of_two_parameters_is_refused_naming_the_key(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = chat_example(lambda c: _user_tool_with_two_parameters(c, tmp_path))
+    config["tools"]["sandbox"] = "none"
+    with pytest.raises(SnakeskillsError, match="config key tools.tool: two_parameter_tools:add takes 2 parameters"):
+        Plan(checked_config(config), Layout.under("results/x")).generation_settings(
+            "smollm2-calculator-caller", "arithmetic", "test"
+        )
+
+
+def test_a_template_that_cannot_call_tools_stops_the_plan_naming_the_model(smollm2):
+    config = chat_example(lambda c: c["tools"].update(chat_template="llama3"))
+    config["model"]["path"] = str(smollm2)
+    with pytest.raises(
+        SnakeskillsError, match=rf"^model smollm2-calculator-caller \({smollm2}\) with tools.chat_template 'llama3'"
+    ):
+        checked_config(config)

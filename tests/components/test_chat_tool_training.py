@@ -1,0 +1,279 @@
+"""Tools through the chat template (``tools.format: chat_template``) in training and in a whole run, on a tiny Llama
+that calls a calculator in TRL's Qwen2.5 template (``chat_tool_caller``).
+
+A real GRPO step whose rollouts call the calculator: the ids TRL trains on decode to the conversation, the tool
+messages carry mask 0 and hold what the calculator printed for the JSON call before them. A run of the pipeline
+(generate, judge, SFT on the judged conversations, generate again) with the caller as the student: the records keep
+the messages beside the rendered text, and the round's prompts render with the functions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_snakemake, training_section, write_config
+from test_grpo_tools import REASONING, REWARDS, SAMPLING, judges, runs
+
+from snakeskills.io import iter_jsonl, write_jsonl
+from snakeskills.tools.function_calls import FunctionCall
+from snakeskills.training import grpo
+from snakeskills.training.rounds import RoundRun
+
+CHAT_LEARNED = {"12*3": ["12*3"], "7*8+1": ["7*8", "56+1"]}
+ANSWERS = {"12*3": "36", "7*8+1": "57"}
+
+
+@pytest.fixture(scope="module")
+def chat_tool_caller(tmp_path_factory):
+    """A tiny Llama on the character tokenizer with ChatML's two control tokens added (``<|im_end|>`` its EOS) and
+    TRL's Qwen2.5 template, after a quick SFT (the project's SFT path:
+    prompts rendered with the calculator offered as a function, the tool messages masked out of the loss) on
+    conversations that call the calculator in the template's format: at a low temperature it calls by itself.
+    Returns the folder and the tools section a job reads (functions and template set as the plan sets them)."""
+    from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
+    from snakeskills.settings.tools import Tools
+    from snakeskills.tools.chat_turns import ChatTurns, template_text
+    from snakeskills.tools.functions import function_settings
+    from snakeskills.tools.registry import new_session
+    from snakeskills.training.sft import to_prompt_completion, train_on_examples
+
+    section = Tools.filled({"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2}, "tools")
+    section = section.replace(functions=function_settings(section), template_text=template_text("qwen2_5", "t"))
+    schemas = [function["schema"] for function in section.functions]
+    tokenizer = build_char_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.eos_token = "<|im_end|>"
+    chat = ChatTurns(tokenizer, section.template_text, schemas, {}, "test")
+    calculator = new_session(Tools.filled({"tool": "calculator"}, "tools"))
+    examples = []
+    for problem, expressions in CHAT_LEARNED.items():
+        text, spans = "", []
+        for expression in expressions:
+            call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
+            text += chat.call_turn(FunctionCall("calculator", call["function"]["arguments"])) + chat.end_text
+            suffix = chat.suffix(
+                [{"role": "tool", "name": "calculator", "content": calculator.call(expression).output}]
+            )
+            spans.append([len(text), len(text) + sum(len(piece) for piece, _ in suffix)])
+            text += "".join(piece for piece, _ in suffix)
+        text += f"\\boxed{{{calculator.call(problem).output}}}"
+        record = {
+            "id": problem,
+            "messages": [{"role": "user", "content": problem}, {"role": "assistant", "content": text}],
+        }
+        record["tool_output_spans"] = spans
+        examples.append(
+            to_prompt_completion(
+                record,
+                tokenizer=tokenizer,
+                chat_template=True,
+                chat_template_kwargs={},
+                functions=schemas,
+                template=section.template_text,
+            )
+        )
+    folder = tmp_path_factory.mktemp("chat-tool-caller")
+    model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=1536)
+    train_on_examples(
+        model,
+        tokenizer,
+        examples * 16,
+        output_dir=folder / "trainer",
+        run_identity={},
+        seed=0,
+        threads=1,
+        processes=1,
+        distributed="ddp",
+        training=training_section(num_epochs=40, learning_rate=5e-3, batch_size=8, max_length=1536),
+    )
+    model.save_pretrained(folder)
+    tokenizer.chat_template = section.template_text  # its own template, as a model's that calls tools
+    tokenizer.save_pretrained(folder)
+    return folder, section
+
+
+def test_chat_template_tool_rollouts_train_on_the_rendered_conversation_with_tool_messages_masked(
+    chat_tool_caller, tmp_path, monkeypatch
+):
+    """A real GRPO step whose hf rollouts call the calculator through the chat template: each completion's ids
+    decode to the conversation (the model's turns, each ended by its ``<|im_end|>``, and the template's tool
+    messages), ``env_mask`` is 0 on exactly the tool messages (with the next assistant header), each holds what the
+    calculator returns for the JSON call the model wrote before it, and TRL's batch takes that mask."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from snakeskills.settings.tools import Tools
+    from snakeskills.tools.function_calls import CALL_FORMATS
+    from snakeskills.tools.registry import new_session
+    from snakeskills.training import rollouts
+
+    folder, section = chat_tool_caller
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    problems = [
+        {"id": "p0", "problem": "12*3", "expected_answer": "36", "benchmark": "arithmetic"},
+        {"id": "p1", "problem": "7*8+1", "expected_answer": "57", "benchmark": "arithmetic"},
+    ]
+    write_jsonl(
+        tmp_path / "problems.jsonl",
+        [problem | {"prompt": [{"role": "user", "content": problem["problem"]}]} for problem in problems],
+    )
+    run = RoundRun(
+        weights="lora",
+        base_model_path=str(folder),
+        data_path=str(tmp_path / "problems.jsonl"),
+        output_dir=str(tmp_path / "adapter"),
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
+        training=training_section(num_epochs=1, learning_rate=1e-3, batch_size=8, max_length=1536),
+        chat_template=True,
+        chat_template_kwargs={},
+        seed=0,
+        threads=1,
+        dtype="auto",
+        trust_remote_code=False,
+        functions=[function["schema"] for function in section.functions],
+        template=section.template_text,
+    )
+    recorded: dict[str, list] = {"rollouts": [], "inputs": [], "samplers": []}
+    call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
+
+    def recording_call(self, prompts, trainer):
+        output = call(self, prompts, trainer)
+        recorded["rollouts"].append(output)
+        recorded["samplers"].append(self)
+        return output
+
+    def recording_loss(self, model, inputs):
+        recorded["inputs"].append(inputs)
+        return compute_loss(self, model, inputs)
+
+    monkeypatch.setattr(rollouts.BackendRollouts, "__call__", recording_call)
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+    metrics = grpo.train(
+        run,
+        num_generations=4,
+        beta=0.04,
+        loss="dapo",
+        sampling={**SAMPLING, "temperature": 0.5, "max_new_tokens": 200},
+        rewards={**REWARDS, "tool_calls": 0.1},
+        judges=judges(),
+        reasoning=REASONING,
+        rollouts="hf",
+        tools=section.to_dict(),
+    )
+    assert metrics["global_step"] == 1
+    output = recorded["rollouts"][0]
+    assert (recorded["samplers"][0].completions, recorded["samplers"][0].mismatches) == (8, 0)
+    calculator = new_session(Tools.filled({"tool": "calculator"}, "tools"))
+    calls = output["tool_calls"]
+    for row in range(len(output["completion_ids"])):
+        ids, mask, logprobs = output["completion_ids"][row], output["env_mask"][row], output["logprobs"][row]
+        text, spans = output["transcript"][row], output["tool_output_spans"][row]
+        assert tokenizer.decode(ids, skip_special_tokens=False) in (text, text + "<|im_end|>")
+        assert calls[row] == len(spans) == len(runs(mask))
+        assert all(value == 0.0 for value, bit in zip(logprobs, mask, strict=True) if not bit)
+        model_end = 0
+        for (start, end), (span_start, span_end) in zip(runs(mask), spans, strict=True):
+            block = tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            assert block == text[span_start:span_end]
+            written = tokenizer.decode(ids[model_end:start], skip_special_tokens=False)
+            assert written.endswith("<|im_end|>"), "the model's own end of turn is in the loss"
+            _, [function] = CALL_FORMATS["hermes"].parse(written.removesuffix("<|im_end|>"), {})
+            opening, closing = (
+                "\n<|im_start|>user\n<tool_response>\n",
+                "\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+            )
+            assert block.startswith(opening) and block.endswith(closing)
+            content = block[len(opening) : -len(closing)]
+            if function.problem is None and set(function.arguments) == {"expression"}:
+                assert content == calculator.call(function.arguments["expression"]).output
+            else:  # a call the model wrote wrong: the error it reads
+                assert content.startswith("Error: ")
+            model_end = end
+    assert sum(calls) >= len(calls) and max(calls) >= 2, calls
+    (inputs,) = recorded["inputs"]
+    masks = {tuple(ids): mask for ids, mask in zip(output["completion_ids"], output["env_mask"], strict=True)}
+    for ids, completion_mask, tool_mask in zip(
+        inputs["completion_ids"], inputs["completion_mask"], inputs["tool_mask"], strict=True
+    ):
+        length = int(completion_mask.sum())
+        assert tool_mask[:length].tolist() == masks[tuple(ids[:length].tolist())]
+
+
+def test_a_run_with_the_caller_records_the_conversations_and_trains_on_them(chat_tool_caller, tmp_path):
+    """The pipeline with the caller as the student, its own chat template offering the calculator: the judged
+    records hold the rendered conversation (the tool messages at ``tool_output_spans``, each what the calculator
+    printed for the call before it), the messages (``conversation``) and the answer read after the last tool
+    message; SFT trains on the judged-correct conversations with the same prompts; the tuned round calls too."""
+    from snakeskills.settings.tools import Tools
+    from snakeskills.tools.function_calls import CALL_FORMATS
+    from snakeskills.tools.registry import new_session
+
+    folder, section = chat_tool_caller
+    data = tmp_path / "problems.jsonl"
+    write_jsonl(data, [{"id": f"p{i}", "problem": p, "expected_answer": a} for i, (p, a) in enumerate(ANSWERS.items())])
+    config = {
+        "experiment": "chat-tools",
+        "model": {"name": "caller", "build_tiny": False, "path": str(folder), "dtype": "float32"},
+        "tools": {"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2},
+        "benchmarks": {"calc": {"source": "jsonl", "jsonl": {"paths": {"train": str(data), "test": str(data)}}}},
+        "train_benchmarks": ["calc"],
+        "train_split": "train",
+        "eval_split": "test",
+        "prompt": {"user": "{problem}", "chat_template": True},
+        "num_seeds": 2,
+        "train_num_seeds": 2,
+        "num_chunks": 1,
+        "generation": {
+            "backend": "hf",
+            "device": "cpu",
+            "batch_size": 4,
+            "sampling": {"temperature": 0.3, "top_p": 1.0, "top_k": 0, "max_new_tokens": 200},
+        },
+        "judge": {"extraction": "boxed"},
+        "methods": ["sft"],
+        "sft": {
+            "filters": {"correct_only": True},
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
+            "training": {"num_epochs": 1, "learning_rate": 1.0e-3, "batch_size": 2, "max_length": 1536},
+        },
+    }
+    process = run_snakemake(
+        tmp_path,
+        "--cores",
+        "2",
+        "results/chat-tools/eval/summary.json",
+        configfile=write_config(tmp_path / "c.yaml", config),
+    )
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    results = tmp_path / "results" / "chat-tools"
+    calculator = new_session(Tools.filled({"tool": "calculator"}, "tools"))
+    opening, closing = "\n<|im_start|>user\n<tool_response>\n", "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    calls = 0
+    for model in ("caller", "sft-round1"):
+        for record in iter_jsonl(results / "judge" / model / "calc" / "test" / "output-rs0.jsonl"):
+            text, spans = record["generation"], record["tool_output_spans"]
+            messages = record["conversation"]
+            assert record["code_rounds_executed"] == len([m for m in messages if m["role"] == "tool"])
+            previous = 0
+            for start, end in spans:
+                turn = text[previous:start]
+                assert turn.endswith("<|im_end|>"), "the model's end of turn is its own, before the tool messages"
+                _, functions = CALL_FORMATS["hermes"].parse(turn.removesuffix("<|im_end|>"), {})
+                block = text[start:end]
+                assert block.startswith(opening) and block.endswith(closing)
+                if all(f.problem is None and set(f.arguments) == {"expression"} for f in functions):
+                    printed = [calculator.call(f.arguments["expression"]).output for f in functions]
+                    assert block == opening + "\n</tool_response>\n<tool_response>\n".join(printed) + closing
+                calls += len(functions)
+                previous = end
+            assert messages[-1] == {"role": "assistant", "content": text[previous:]}
+            if record["predicted_answer"] is not None:
+                assert record["predicted_answer"] in text[previous:]
+    assert calls >= 4
+    summary = json.loads((results / "eval" / "summary.json").read_text())
+    assert summary["caller"]["calc/tools"]["share_calling"] > 0
+    settings = json.loads((results / "settings" / "generate" / "sft-round1" / "calc" / "test.json").read_text())
+    assert [function["name"] for function in settings["tools"]["functions"]] == ["calculator"]
+    assert "template_text" not in settings["tools"]  # the model's own template
+    sft_data = list(iter_jsonl(results / "data" / "sft" / "sft-round1.jsonl"))
+    assert sft_data and all(row["tool_output_spans"] for row in sft_data)
