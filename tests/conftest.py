@@ -495,11 +495,25 @@ ENABLE_THINKING = (
 )
 
 
-def example_model_folder(folder: Path, checkpoint: Path, chat_template_kwargs: dict) -> None:
+def example_model_folder(folder: Path, checkpoint: Path, chat_template_kwargs: dict, chat_tools: bool = False) -> None:
     """An example config's model folder: a link to ``checkpoint`` (the tiny one), or, for an example with Qwen3's
-    ``enable_thinking``, a folder of links whose chat template reads that variable."""
+    ``enable_thinking``, a folder of links whose chat template reads that variable; for an example that calls tools
+    through a ChatML chat template (``chat_tools``), links with a tokenizer that has ChatML's control tokens, its
+    ``<|im_end|>`` the EOS (the plan checks the template on it)."""
     from snakeskills.prompts import saved_chat_template
 
+    if chat_tools:
+        from transformers import AutoTokenizer
+
+        assert not chat_template_kwargs, "a stand-in for these kwargs with chat tools is needed"
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+        tokenizer.eos_token = "<|im_end|>"
+        tokenizer.save_pretrained(folder)
+        for path in checkpoint.iterdir():
+            if not (folder / path.name).exists():
+                (folder / path.name).symlink_to(path)
+        return
     if not chat_template_kwargs:
         folder.symlink_to(checkpoint, target_is_directory=True)
         return

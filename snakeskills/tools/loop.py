@@ -11,7 +11,12 @@ so a transcript does not depend on its batch-mates and a resumed job equals an u
 
 A later turn's input is the first one's plus the transcript: exact token ids where the backend returns them (hf's
 ``keep_tokens``: what GRPO trains on), else the transcript's text encoded (token-id backends) or appended (text
-backends), or the assistant's unfinished reply (messages backends, ``GenerationRequest.assistant_prefix``)."""
+backends), or the assistant's unfinished reply (messages backends, ``GenerationRequest.assistant_prefix``).
+
+With ``tools.format: chat_template`` the same scheduler runs the model's own tool-calling format instead
+(``chat_turns``): a turn ends at EOS, its JSON calls run in order, and the template's tool messages follow the
+model's tokens. The module is over 500 lines because both ways share one scheduler and one row state (ids, text,
+spans, statistics, costs), which splitting would duplicate."""
 
 from __future__ import annotations
 

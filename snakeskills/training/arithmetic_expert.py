@@ -13,9 +13,7 @@ recipe, built under a lock and renamed into place when complete::
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 from pathlib import Path
 
 # sums of two numbers from 10 to 99: operands from 0 gave 76 % and unanimous wrong answers on sums with a one-digit
@@ -37,16 +35,8 @@ def arithmetic_expert_folder(*, cache: str | Path | None = None) -> Path:
 
 
 def _build(base: Path, folder: Path) -> None:
-    import yaml
+    from snakeskills.training.sft import fine_tune_folder
 
-    from snakeskills.io import write_jsonl
-    from snakeskills.settings.schema import DEFAULT_CONFIG, fill_defaults
-    from snakeskills.training.rounds import RoundRun
-    from snakeskills.training.sft import train as train_sft
-
-    # the embedded default's sft section with the schema's defaults filled (as plan.config.default_config gives it)
-    default_sft = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8")).get("sft") or {}
-    sft_defaults = fill_defaults(default_sft, "#/properties/sft", "sft")
     rng = random.Random(RECIPE["seed"])
     examples = []
     for index in range(RECIPE["examples"]):
@@ -60,28 +50,7 @@ def _build(base: Path, folder: Path) -> None:
                 ],
             }
         )
-    staged = folder.parent / f".{folder.name}.staged"
-    shutil.rmtree(staged, ignore_errors=True)
-    data = folder.parent / f".{folder.name}.jsonl"
-    write_jsonl(data, examples)
-    train_sft(
-        RoundRun(
-            weights="full",
-            base_model_path=str(base),
-            data_path=data,
-            output_dir=staged,
-            lora=None,
-            training={**sft_defaults["training"], **RECIPE["training"]},
-            chat_template=True,
-            chat_template_kwargs={},
-            seed=0,
-            threads=os.cpu_count(),
-            dtype="auto",
-            trust_remote_code=False,
-        )
-    )
-    data.unlink()
-    staged.rename(folder)
+    fine_tune_folder(base, folder, examples, RECIPE["training"])
 
 
 def main(argv: list[str] | None = None) -> None:

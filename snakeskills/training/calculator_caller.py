@@ -9,8 +9,9 @@ benchmark asks products of 2-digit numbers: the format is taught, not its answer
 tool message (masked out of the loss) and answers ``The answer is \\boxed{<result>}.`` The prompts are the
 example's: its user text, the template's system turn with the calculator's schema.
 
-About 9 minutes on 2 cores (16 steps of about 300 tokens a row: the tools' schemas in the system turn), once: cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the
-recipe, built under a lock and renamed into place when complete::
+About 9 minutes on 2 cores (16 steps of about 300 tokens a row: the tools' schemas fill the system turn), once:
+cached beside the converted SmolLM2 (``pretrained.cache_directory``), keyed by the recipe, built under a lock and
+renamed into place when complete::
 
     python3 -m snakeskills.training.calculator_caller --link models/smollm2-calculator-caller
 """
@@ -18,9 +19,7 @@ recipe, built under a lock and renamed into place when complete::
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 from pathlib import Path
 
 SYSTEM = "You are a helpful assistant."
@@ -58,21 +57,15 @@ def scripted_conversation(chat, problem: str, output: str) -> tuple[str, list[li
 
 
 def _build(base: Path, folder: Path) -> None:
-    import yaml
     from transformers import AutoTokenizer
 
-    from snakeskills.io import write_jsonl
     from snakeskills.prompts import fill_template
-    from snakeskills.settings.schema import DEFAULT_CONFIG, fill_defaults
     from snakeskills.settings.tools import Tools
     from snakeskills.tools.chat_turns import ChatTurns, template_text
     from snakeskills.tools.functions import function_settings, functions_format
     from snakeskills.tools.registry import new_session
-    from snakeskills.training.rounds import RoundRun
-    from snakeskills.training.sft import train as train_sft
+    from snakeskills.training.sft import fine_tune_folder
 
-    default_sft = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8")).get("sft") or {}
-    sft_defaults = fill_defaults(default_sft, "#/properties/sft", "sft")
     tools = Tools.filled({"tool": "calculator", "format": "chat_template"}, "tools")
     tools = tools.replace(functions=function_settings(tools), template_text=template_text(RECIPE["template"], "t"))
     formatting = functions_format(tools)
@@ -95,29 +88,7 @@ def _build(base: Path, folder: Path) -> None:
                 "tool_output_spans": spans,
             }
         )
-    staged = folder.parent / f".{folder.name}.staged"
-    shutil.rmtree(staged, ignore_errors=True)
-    data = folder.parent / f".{folder.name}.jsonl"
-    write_jsonl(data, examples)
-    train_sft(
-        RoundRun(
-            weights="full",
-            base_model_path=str(base),
-            data_path=data,
-            output_dir=staged,
-            lora=None,
-            training={**sft_defaults["training"], **RECIPE["training"]},
-            chat_template=True,
-            chat_template_kwargs={},
-            seed=0,
-            threads=os.cpu_count(),
-            dtype="auto",
-            trust_remote_code=False,
-            **formatting,
-        )
-    )
-    data.unlink()
-    staged.rename(folder)
+    fine_tune_folder(base, folder, examples, RECIPE["training"], **formatting)
 
 
 def main(argv: list[str] | None = None) -> None:

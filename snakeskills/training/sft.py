@@ -149,3 +149,44 @@ def train(run: RoundRun) -> dict:
 
 def check_config(config: dict, processes: int) -> None:
     """SFT's own cross-key rules: none beyond those every method's section has (``plan.training.check_methods``)."""
+
+
+def fine_tune_folder(base: str | Path, folder: Path, examples: list[dict], training: dict, **formatting) -> None:
+    """A model built once per machine (``pretrained.recipe_folder``'s ``build``): every weight of ``base`` fine-tuned on
+    the SFT records ``examples`` with ``training`` over the embedded default's ``sft.training``, on all cores, and
+    written whole into ``folder`` (staged beside it, renamed into place at the end). ``formatting``: the prompts'
+    functions and template where the records call tools through a chat template (``RoundRun.prompt_format``)."""
+    import os
+    import shutil
+
+    import yaml
+
+    from snakeskills.io import write_jsonl
+    from snakeskills.settings.schema import DEFAULT_CONFIG, fill_defaults
+
+    # the embedded default's sft section with the schema's defaults filled (as plan.config.default_config gives it)
+    default_sft = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8")).get("sft") or {}
+    sft_defaults = fill_defaults(default_sft, "#/properties/sft", "sft")
+    staged = folder.parent / f".{folder.name}.staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    data = folder.parent / f".{folder.name}.jsonl"
+    write_jsonl(data, examples)
+    train(
+        RoundRun(
+            weights="full",
+            base_model_path=str(base),
+            data_path=data,
+            output_dir=staged,
+            lora=None,
+            training={**sft_defaults["training"], **training},
+            chat_template=True,
+            chat_template_kwargs={},
+            seed=0,
+            threads=os.cpu_count(),
+            dtype="auto",
+            trust_remote_code=False,
+            **formatting,
+        )
+    )
+    data.unlink()
+    staged.rename(folder)

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import run_snakemake, training_section, write_config
-from test_grpo_tools import REASONING, REWARDS, SAMPLING, judges, runs
+from test_grpo_tools import REASONING, REWARDS, SAMPLING, judges, recording_rollouts, runs
 
 from snakeskills.io import iter_jsonl, write_jsonl
 from snakeskills.tools.function_calls import FunctionCall
@@ -100,12 +100,10 @@ def test_chat_template_tool_rollouts_train_on_the_rendered_conversation_with_too
     messages), ``env_mask`` is 0 on exactly the tool messages (with the next assistant header), each holds what the
     calculator returns for the JSON call the model wrote before it, and TRL's batch takes that mask."""
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer
 
     from snakeskills.settings.tools import Tools
     from snakeskills.tools.function_calls import CALL_FORMATS
     from snakeskills.tools.registry import new_session
-    from snakeskills.training import rollouts
 
     folder, section = chat_tool_caller
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -133,21 +131,7 @@ def test_chat_template_tool_rollouts_train_on_the_rendered_conversation_with_too
         functions=[function["schema"] for function in section.functions],
         template=section.template_text,
     )
-    recorded: dict[str, list] = {"rollouts": [], "inputs": [], "samplers": []}
-    call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
-
-    def recording_call(self, prompts, trainer):
-        output = call(self, prompts, trainer)
-        recorded["rollouts"].append(output)
-        recorded["samplers"].append(self)
-        return output
-
-    def recording_loss(self, model, inputs):
-        recorded["inputs"].append(inputs)
-        return compute_loss(self, model, inputs)
-
-    monkeypatch.setattr(rollouts.BackendRollouts, "__call__", recording_call)
-    monkeypatch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+    recorded = recording_rollouts(monkeypatch)
     metrics = grpo.train(
         run,
         num_generations=4,

@@ -248,6 +248,31 @@ def test_grpo_trains_on_none_of_a_tools_output(local_checkpoints, tmp_path, monk
         assert removed == list(range(start, end))
 
 
+def recording_rollouts(monkeypatch) -> dict[str, list]:
+    """What a GRPO run's hf rollouts return (``rollouts``), the samplers that returned them, and the batches TRL's
+    loss took (``inputs``), recorded as the run goes."""
+    from trl import GRPOTrainer
+
+    from snakeskills.training import rollouts
+
+    recorded: dict[str, list] = {"rollouts": [], "inputs": [], "samplers": []}
+    call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
+
+    def recording_call(self, prompts, trainer):
+        output = call(self, prompts, trainer)
+        recorded["rollouts"].append(output)
+        recorded["samplers"].append(self)
+        return output
+
+    def recording_loss(self, model, inputs):
+        recorded["inputs"].append(inputs)
+        return compute_loss(self, model, inputs)
+
+    monkeypatch.setattr(rollouts.BackendRollouts, "__call__", recording_call)
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+    return recorded
+
+
 def runs(mask: list[int]) -> list[tuple[int, int]]:
     """The ``[start, end)`` runs of 0 in ``mask``."""
     found, start = [], None
@@ -266,11 +291,9 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     transcript's ``tool_output_spans``), the blocks hold what the calculator returns for the model's calls, the
     sampling log-probabilities are 0.0 there, and TRL's batch and rewards take all of it."""
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer
 
     from snakeskills.settings.tools import Tools
     from snakeskills.tools.registry import new_session
-    from snakeskills.training import rollouts
 
     tokenizer = AutoTokenizer.from_pretrained(tool_caller)
     problems = [
@@ -295,21 +318,7 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
         dtype="auto",
         trust_remote_code=False,
     )
-    recorded: dict[str, list] = {"rollouts": [], "inputs": [], "samplers": []}
-    call, compute_loss = rollouts.BackendRollouts.__call__, GRPOTrainer._compute_loss
-
-    def recording_call(self, prompts, trainer):
-        output = call(self, prompts, trainer)
-        recorded["rollouts"].append(output)
-        recorded["samplers"].append(self)
-        return output
-
-    def recording_loss(self, model, inputs):
-        recorded["inputs"].append(inputs)
-        return compute_loss(self, model, inputs)
-
-    monkeypatch.setattr(rollouts.BackendRollouts, "__call__", recording_call)
-    monkeypatch.setattr(GRPOTrainer, "_compute_loss", recording_loss)
+    recorded = recording_rollouts(monkeypatch)
     rewards = {**REWARDS, "tool_calls": 0.1, "tool_seconds": -0.1}
     sampling = {**SAMPLING, "temperature": 0.5}
     metrics = grpo.train(

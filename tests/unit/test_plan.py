@@ -495,7 +495,8 @@ def test_every_shipped_example_passes_the_plan_checks(tmp_path, monkeypatch, tin
             folder = tmp_path / section["path"] if section.get("path") else None
             if folder is not None and not folder.exists():
                 folder.parent.mkdir(parents=True, exist_ok=True)
-                example_model_folder(folder, tiny_checkpoint, prompt["chat_template_kwargs"])
+                chat_tools = section is config["model"] and (config["tools"] or {}).get("format") == "chat_template"
+                example_model_folder(folder, tiny_checkpoint, prompt["chat_template_kwargs"], chat_tools)
         # a round across nodes is planned for SLURM only
         check_config(config, gpus_available=True, executor="slurm" if config["training"]["nodes"] > 1 else "local")
         check_model_paths(config)

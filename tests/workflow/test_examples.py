@@ -31,7 +31,8 @@ def local_folders_for(config: dict, workdir, checkpoint) -> None:
     """The model folder (a link to the tiny checkpoint) and the local dataset copies the config names."""
     model = workdir / config["model"]["path"]
     model.parent.mkdir(parents=True, exist_ok=True)
-    example_model_folder(model, checkpoint, config["prompt"].get("chat_template_kwargs", {}))
+    chat_tools = (config.get("tools") or {}).get("format") == "chat_template"
+    example_model_folder(model, checkpoint, config["prompt"].get("chat_template_kwargs", {}), chat_tools)
     for spec in config["benchmarks"].values():
         if "hf" in spec:
             WRITERS[spec["preset"]](workdir / spec["hf"]["path"])
