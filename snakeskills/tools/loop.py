@@ -187,6 +187,7 @@ class _Row:
     log: list[dict] = field(default_factory=list)  # each call: tool, cost, tokens, seconds, failed, timed out
     cost: float = 0.0
     conversation: list[dict] = field(default_factory=list)  # chat template: the messages after the prompt
+    turn_content: str = ""  # chat template: the last turn's text without its calls
 
 
 def _after_outputs(row: _Row) -> int:
@@ -259,6 +260,8 @@ class ToolLoop:
         def submit(index: int, call) -> None:
             row = rows[index]
             if self.chat is not None:  # a turn's function calls, run in order
+                called = [function.message() for function in call if function.problem is None]
+                row.conversation.append({"role": "assistant", "content": row.turn_content, "tool_calls": called})
                 for function in call:
                     tool = self._function_tool(function)
                     if tool is not None and tool not in row.sessions:
@@ -343,11 +346,8 @@ class ToolLoop:
             if self.ids and not row.eos_left_out:  # a stop string ended the turn: the sample ends
                 return None
             content, functions = self.chat.parse(row.text[row.turn_start :])
-            if not functions:
-                return None
-            called = [function.message() for function in functions if function.problem is None]
-            row.conversation.append({"role": "assistant", "content": content, "tool_calls": called})
-            return functions
+            row.turn_content = content
+            return functions or None
         return turn_call(row.text[_after_outputs(row) :], self.tags, past_end=row.token_ids is not None)
 
     def _force_call(self, row: _Row, tool: str) -> ToolCall | None:
@@ -389,7 +389,7 @@ class ToolLoop:
         else:
             row.text = turn
             row.segments = [(turn, False)]
-        row.conversation.append({"role": "assistant", "content": "", "tool_calls": [call.message()]})
+        row.turn_content = ""
         return [call]
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
@@ -551,7 +551,7 @@ class ToolLoop:
         ]
         row.conversation += messages
         if row.token_ids is not None:
-            end_text = self._decode(row.token_ids[-1:]) if row.eos_left_out else ""
+            end_text = self._decode(row.token_ids[-1:])  # the end-of-turn token that ended a turn with calls
             row.eos_left_out = False
             start = len(self._decode(row.token_ids))
             pieces = self.chat.suffix(messages, end_text)

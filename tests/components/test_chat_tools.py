@@ -352,3 +352,17 @@ def test_the_always_ask_baseline_writes_its_first_call_as_the_template_does(smol
     assert result.generation.endswith("<|im_start|>assistant\n\\boxed{42}")
     assert sum(result.model_token_mask) == len(tokens(tokenizer, "\\boxed{42}<|im_end|>"))
     assert FunctionCall("calculator", {"expression": "6*7"}).message() == call("6*7")
+
+
+def test_a_turn_past_max_calls_ends_with_that_turn_as_the_last_message(smollm2_tokenizer):
+    tokenizer = smollm2_tokenizer
+    tools = CALCULATOR.replace(max_calls=1)
+    prompt = prompt_ids(tokenizer, chat_loop(TokenScriptedBackend(tokenizer, {}), tools), "q")
+    first, second = qwen_call("1+1"), qwen_call("2+2", before="Again.\n")
+    backend = TokenScriptedBackend(
+        tokenizer, {tuple(prompt[:3]): [tokens(tokenizer, first), tokens(tokenizer, second)]}
+    )
+    [result] = chat_loop(backend, tools).generate([GenerationRequest(seed=0, prompt_token_ids=tuple(prompt))], SAMPLING)
+    assert result.tools["tool_call_over_limit"] and result.tools["code_rounds_executed"] == 1
+    assert [message["role"] for message in result.tools[CONVERSATION_FIELD]] == ["assistant", "tool", "assistant"]
+    assert result.tools[CONVERSATION_FIELD][-1]["content"] == second.removesuffix("<|im_end|>")
