@@ -32,6 +32,10 @@ USER_TURN = "SnakeskillsUserTurn"
 MARKER_PATTERN = re.compile(r"SnakeskillsToolOutput(\d+)Marker")
 
 
+# TRL's templates whose calls and tool messages the tests render and read back (tests/components/test_chat_tools.py)
+TESTED_TEMPLATES = ("qwen2_5", "qwen3", "llama3_1", "llama3_2", "glm4moe")
+
+
 def trl_templates_folder() -> Path | None:
     """TRL's shipped chat templates (``trl/chat_templates``), found without importing TRL; None without TRL."""
     spec = importlib.util.find_spec("trl")
@@ -56,9 +60,10 @@ def template_text(value: str, key: str) -> str:
     path = Path(value)
     if path.suffix == ".jinja" and path.is_file():
         return path.read_text(encoding="utf-8")
+    shipped = f"those tested with tools: {', '.join(TESTED_TEMPLATES)}; all {len(names)}: trl/chat_templates"
     raise SnakeskillsError(
         f"config key {key}: {value!r} is neither a chat template TRL ships "
-        f"({', '.join(names) or 'TRL is not installed'}) nor an existing .jinja file"
+        f"({shipped if names else 'TRL is not installed'}) nor an existing .jinja file"
     )
 
 
