@@ -12,12 +12,20 @@ import json
 
 import pytest
 from conftest import run_snakemake, training_section, write_config
-from test_grpo_tools import REASONING, REWARDS, SAMPLING, judges, recording_rollouts, runs
+from test_grpo_tools import (
+    REASONING,
+    REWARDS,
+    SAMPLING,
+    assert_trl_took_the_tool_mask,
+    judges,
+    recording_rollouts,
+    runs,
+    tool_round,
+)
 
 from snakeskills.io import iter_jsonl, write_jsonl
 from snakeskills.tools.function_calls import FunctionCall
 from snakeskills.training import grpo
-from snakeskills.training.rounds import RoundRun
 
 CHAT_LEARNED = {"12*3": ["12*3"], "7*8+1": ["7*8", "56+1"]}
 ANSWERS = {"12*3": "36", "7*8+1": "57"}
@@ -107,29 +115,9 @@ def test_chat_template_tool_rollouts_train_on_the_rendered_conversation_with_too
 
     folder, section = chat_tool_caller
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    problems = [
-        {"id": "p0", "problem": "12*3", "expected_answer": "36", "benchmark": "arithmetic"},
-        {"id": "p1", "problem": "7*8+1", "expected_answer": "57", "benchmark": "arithmetic"},
-    ]
-    write_jsonl(
-        tmp_path / "problems.jsonl",
-        [problem | {"prompt": [{"role": "user", "content": problem["problem"]}]} for problem in problems],
-    )
-    run = RoundRun(
-        weights="lora",
-        base_model_path=str(folder),
-        data_path=str(tmp_path / "problems.jsonl"),
-        output_dir=str(tmp_path / "adapter"),
-        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
-        training=training_section(num_epochs=1, learning_rate=1e-3, batch_size=8, max_length=1536),
-        chat_template=True,
-        chat_template_kwargs={},
-        seed=0,
-        threads=1,
-        dtype="auto",
-        trust_remote_code=False,
-        functions=[function["schema"] for function in section.functions],
-        template=section.template_text,
+    schemas = [function["schema"] for function in section.functions]
+    run = tool_round(
+        tmp_path, folder, "", max_length=1536, chat_template=True, functions=schemas, template=section.template_text
     )
     recorded = recording_rollouts(monkeypatch)
     metrics = grpo.train(
@@ -174,13 +162,7 @@ def test_chat_template_tool_rollouts_train_on_the_rendered_conversation_with_too
                 assert content.startswith("Error: ")
             model_end = end
     assert sum(calls) >= len(calls) and max(calls) >= 2, calls
-    (inputs,) = recorded["inputs"]
-    masks = {tuple(ids): mask for ids, mask in zip(output["completion_ids"], output["env_mask"], strict=True)}
-    for ids, completion_mask, tool_mask in zip(
-        inputs["completion_ids"], inputs["completion_mask"], inputs["tool_mask"], strict=True
-    ):
-        length = int(completion_mask.sum())
-        assert tool_mask[:length].tolist() == masks[tuple(ids[:length].tolist())]
+    assert_trl_took_the_tool_mask(recorded, output)
 
 
 def test_a_run_with_the_caller_records_the_conversations_and_trains_on_them(chat_tool_caller, tmp_path):

@@ -273,6 +273,45 @@ def recording_rollouts(monkeypatch) -> dict[str, list]:
     return recorded
 
 
+def tool_round(tmp_path, model, after_problem: str, *, max_length: int, **formatting) -> RoundRun:
+    """A LoRA GRPO round from ``model`` on two arithmetic problems (each asked as itself and ``after_problem``) whose
+    answers take one and two calls; ``formatting``: how its prompts render (``RoundRun``'s chat fields)."""
+    problems = [
+        {"id": "p0", "problem": "12*3", "expected_answer": "36", "benchmark": "arithmetic"},
+        {"id": "p1", "problem": "7*8+1", "expected_answer": "57", "benchmark": "arithmetic"},
+    ]
+    asked = [
+        problem | {"prompt": [{"role": "user", "content": problem["problem"] + after_problem}]} for problem in problems
+    ]
+    write_jsonl(tmp_path / "problems.jsonl", asked)
+    return RoundRun(
+        weights="lora",
+        base_model_path=str(model),
+        data_path=str(tmp_path / "problems.jsonl"),
+        output_dir=str(tmp_path / "adapter"),
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
+        training=training_section(num_epochs=1, learning_rate=1e-3, batch_size=8, max_length=max_length),
+        chat_template_kwargs={},
+        seed=0,
+        threads=1,
+        dtype="auto",
+        trust_remote_code=False,
+        **formatting,
+    )
+
+
+def assert_trl_took_the_tool_mask(recorded: dict, output: dict) -> None:
+    """TRL's loss took each completion's ``env_mask`` as its tool mask (rows shuffled, padded with 1 after the
+    completion)."""
+    (inputs,) = recorded["inputs"]
+    masks = {tuple(ids): mask for ids, mask in zip(output["completion_ids"], output["env_mask"], strict=True)}
+    for ids, completion_mask, tool_mask in zip(
+        inputs["completion_ids"], inputs["completion_mask"], inputs["tool_mask"], strict=True
+    ):
+        length = int(completion_mask.sum())
+        assert tool_mask[:length].tolist() == masks[tuple(ids[:length].tolist())]
+
+
 def runs(mask: list[int]) -> list[tuple[int, int]]:
     """The ``[start, end)`` runs of 0 in ``mask``."""
     found, start = [], None
@@ -296,28 +335,7 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     from snakeskills.tools.registry import new_session
 
     tokenizer = AutoTokenizer.from_pretrained(tool_caller)
-    problems = [
-        {"id": "p0", "problem": "12*3", "expected_answer": "36", "benchmark": "arithmetic"},
-        {"id": "p1", "problem": "7*8+1", "expected_answer": "57", "benchmark": "arithmetic"},
-    ]
-    write_jsonl(
-        tmp_path / "problems.jsonl",
-        [problem | {"prompt": [{"role": "user", "content": problem["problem"] + "="}]} for problem in problems],
-    )
-    run = RoundRun(
-        weights="lora",
-        base_model_path=str(tool_caller),
-        data_path=str(tmp_path / "problems.jsonl"),
-        output_dir=str(tmp_path / "adapter"),
-        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
-        training=training_section(num_epochs=1, learning_rate=1e-3, batch_size=8, max_length=96),
-        chat_template=False,
-        chat_template_kwargs={},
-        seed=0,
-        threads=1,
-        dtype="auto",
-        trust_remote_code=False,
-    )
+    run = tool_round(tmp_path, tool_caller, "=", max_length=96, chat_template=False)
     recorded = recording_rollouts(monkeypatch)
     rewards = {**REWARDS, "tool_calls": 0.1, "tool_seconds": -0.1}
     sampling = {**SAMPLING, "temperature": 0.5}
@@ -372,14 +390,7 @@ def test_tool_rollouts_mask_exactly_the_tools_tokens(tool_caller, tmp_path, monk
     assert sum(calls) >= rows and max(calls) >= 2, calls
     assert any("\\boxed{57}" in text for text in output["transcript"])
 
-    # TRL took env_mask as its tool mask (rows shuffled, padded with 1 after the completion)
-    (inputs,) = recorded["inputs"]
-    masks = {tuple(ids): mask for ids, mask in zip(output["completion_ids"], output["env_mask"], strict=True)}
-    for ids, completion_mask, tool_mask in zip(
-        inputs["completion_ids"], inputs["completion_mask"], inputs["tool_mask"], strict=True
-    ):
-        length = int(completion_mask.sum())
-        assert tool_mask[:length].tolist() == masks[tuple(ids[:length].tolist())]
+    assert_trl_took_the_tool_mask(recorded, output)
     # the rewards read the rollouts' extras: the calls and the tool's time as they were
     (logged,) = [entry for entry in metrics["log_history"] if "rewards/tool_calls/mean" in entry]
     assert logged["rewards/tool_calls/mean"] == pytest.approx(sum(calls) / rows)
