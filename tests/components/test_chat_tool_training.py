@@ -241,5 +241,5 @@ def test_a_run_with_the_caller_records_the_conversations_and_trains_on_them(chat
     settings = json.loads((results / "settings" / "generate" / "sft-round1" / "calc" / "test.json").read_text())
     assert [function["name"] for function in settings["tools"]["functions"]] == ["calculator"]
     assert "template_text" not in settings["tools"]  # the model's own template
-    sft_data = list(iter_jsonl(results / "data" / "sft" / "sft-round1.jsonl"))
+    sft_data = list(iter_jsonl(results / "sft" / "sft-round1" / "data.jsonl"))
     assert sft_data and all(row["tool_output_spans"] for row in sft_data)

@@ -164,7 +164,7 @@ def tool_use(monkeypatch):
     """``tools.loop.tool_use`` answering any tools section (the fixed rollouts never call a tool)."""
     from snakeskills.tools import loop
 
-    monkeypatch.setattr(loop, "tool_use", lambda tools: object())
+    monkeypatch.setattr(loop, "tool_use", lambda tools, chat_template_kwargs=None: object())
 
 
 # ---------------------------------------------------------------- the tool mask reaches the loss
