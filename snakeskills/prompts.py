@@ -266,27 +266,21 @@ def render_messages(
     (``tools.format: chat_template``), ``functions`` are the tools' JSON schemas the template offers and
     ``template`` the template that replaces the tokenizer's (tools.chat_template)."""
     if chat_template:
-        if template is not None or functions:
-            return tokenizer.apply_chat_template(
-                messages,
-                tools=functions or None,
-                chat_template=template,
-                tokenize=False,
-                add_generation_prompt=True,
-                **chat_template_kwargs,
-            )
-        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        used = template if template is not None else getattr(tokenizer, "chat_template", None)
+        if tokenizer is None or not used:
             raise SnakeskillsError(
                 "prompt.chat_template is true but the model's tokenizer has no chat template; "
                 "set prompt.chat_template: false for base (non-chat) models"
             )
         if chat_template_kwargs:
             check_chat_template_kwargs(chat_template_kwargs, "prompt.chat_template_kwargs")
-            problem = unread_chat_template_kwargs(tokenizer.chat_template, chat_template_kwargs)
+            problem = unread_chat_template_kwargs(used, chat_template_kwargs)
             if problem:
                 raise SnakeskillsError(f"prompt.{problem}; check their names against the model's chat template")
+        # without tools, the tokenizer's own template as before (a named set of templates too)
+        offered = {"tools": functions, "chat_template": template} if functions or template is not None else {}
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **chat_template_kwargs
+            messages, tokenize=False, add_generation_prompt=True, **offered, **chat_template_kwargs
         )
     if chat_template_kwargs:
         raise SnakeskillsError(

@@ -591,7 +591,6 @@ def tool_caller(tmp_path_factory) -> Path:
     from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
     from snakeskills.settings.tools import Tools
     from snakeskills.tools.loop import tool_use
-    from snakeskills.training.sft import train_on_examples
     from snakeskills.training.tiny_bootstrap import bootstrap_example
 
     folder = tmp_path_factory.mktemp("tool-caller")
@@ -606,6 +605,14 @@ def tool_caller(tmp_path_factory) -> Path:
         len(example["tool_output_spans"]) == completion.count("<out>")
         for example, completion in zip(examples, TOOL_CALLER_LEARNED.values(), strict=True)
     )
+    return learned_by_heart(model, tokenizer, examples, folder, num_epochs=20, learning_rate=3e-3, max_length=96)
+
+
+def learned_by_heart(model, tokenizer, examples: list[dict], folder: Path, **training) -> Path:
+    """``model`` after a quick SFT on ``examples`` (16 copies each, batches of 8, one thread; ``training``: the
+    epochs, learning rate and length), saved with ``tokenizer`` as a checkpoint folder."""
+    from snakeskills.training.sft import train_on_examples
+
     train_on_examples(
         model,
         tokenizer,
@@ -616,7 +623,7 @@ def tool_caller(tmp_path_factory) -> Path:
         threads=1,
         processes=1,
         distributed="ddp",
-        training=training_section(num_epochs=20, learning_rate=3e-3, batch_size=8, max_length=96),
+        training=training_section(batch_size=8, **training),
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_snakemake, training_section, write_config
+from conftest import learned_by_heart, run_snakemake, write_config
 from test_grpo_tools import (
     REASONING,
     REWARDS,
@@ -43,7 +43,7 @@ def chat_tool_caller(tmp_path_factory):
     from snakeskills.tools.chat_turns import ChatTurns, template_text
     from snakeskills.tools.functions import function_settings
     from snakeskills.tools.registry import new_session
-    from snakeskills.training.sft import to_prompt_completion, train_on_examples
+    from snakeskills.training.sft import to_prompt_completion
 
     section = Tools.filled({"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2}, "tools")
     section = section.replace(functions=function_settings(section), template_text=template_text("qwen2_5", "t"))
@@ -82,21 +82,8 @@ def chat_tool_caller(tmp_path_factory):
         )
     folder = tmp_path_factory.mktemp("chat-tool-caller")
     model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=4, seed=0, max_positions=1536)
-    train_on_examples(
-        model,
-        tokenizer,
-        examples * 16,
-        output_dir=folder / "trainer",
-        run_identity={},
-        seed=0,
-        threads=1,
-        processes=1,
-        distributed="ddp",
-        training=training_section(num_epochs=40, learning_rate=5e-3, batch_size=8, max_length=1536),
-    )
-    model.save_pretrained(folder)
     tokenizer.chat_template = section.template_text  # its own template, as a model's that calls tools
-    tokenizer.save_pretrained(folder)
+    learned_by_heart(model, tokenizer, examples, folder, num_epochs=40, learning_rate=5e-3, max_length=1536)
     return folder, section
 
 
