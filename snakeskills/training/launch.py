@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -102,25 +103,59 @@ def launch_training(
     signal reaches the training processes through this process only, once: interrupted
     (``trainer.stop_signals_interrupt``), this process sends the launcher the same signal (SIGTERM to ``srun``, which
     takes a single SIGINT for a status request) and waits for the processes to end (``stop_launched``) before the
-    interruption goes on. A failure raises ``LaunchFailed`` naming the process that ended first (``failure``)."""
-    from snakeskills.training.trainer import stop_signal_of
-
+    interruption goes on. A failure raises ``LaunchFailed`` naming the process that ended first (``failure``) and
+    what the launcher said last; where no process started at all, the processes are launched once more first (on
+    another port) and only a second such failure raises."""
     check_slurm_job(nodes)
     records = records_dir_for(output_dir)
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    for attempt in (1, 2):
+        shutil.rmtree(records, ignore_errors=True)
+        records.mkdir(parents=True)
+        argument = json.dumps({**arguments, "records": str(records)})
+        command, shown = _launch_command(module, argument, processes, nodes, cpus_per_node)
+        logger.info("launching %d training processes on %s: %s", processes * nodes, where, " ".join(shown))
+        with open(log_path, "a", encoding="utf-8") as log:
+            written = log.tell()
+        returncode = _run_launcher(command, log_path, nodes)
+        if returncode == 0:
+            break
+        said = launcher_words(log_path, written)
+        if attempt == 1 and not any(records.glob("rank-*.json")):
+            # no training process started: the launch itself failed (a rendezvous port taken in the meantime, a
+            # node slow to answer), which a second launch on another port gets past; a real mistake fails again
+            logger.warning(
+                "no training process started (launcher exit %d%s); launching them once more",
+                returncode,
+                f": {said}" if said else "",
+            )
+            continue
+        raise LaunchFailed(
+            f"the {processes * nodes} training processes on {where} failed (exit {returncode}): "
+            f"{failure(records, processes, nodes)}{f' (the launcher said: {said})' if said else ''}; see {log_path}"
+        )
     shutil.rmtree(records, ignore_errors=True)
-    records.mkdir(parents=True)
-    argument = json.dumps({**arguments, "records": str(records)})
+    return json.loads((Path(output_dir) / "training_metrics.json").read_text())
+
+
+def _launch_command(module: str, argument: str, processes: int, nodes: int, cpus_per_node: int):
+    """The command that starts the training processes (``accelerate launch`` on one node, ``srun`` of this module's
+    ``node_main`` on several), meeting at a free port of this node; and the part of it the log shows."""
     port = free_port()
     if nodes == 1:
         command = accelerate_command(module, argument, processes=processes, port=port)
-        shown = command[:-1]  # the round's JSON left out
-    else:
-        node_launch = {"module": module, "argument": argument, "processes": processes, "nodes": nodes, "port": port}
-        node_launch["first_node"] = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        shown = srun_command(nodes, cpus_per_node)
-        command = shown + [sys.executable, "-m", __name__, json.dumps(node_launch)]
-    where = "one node" if nodes == 1 else f"{nodes} nodes"
-    logger.info("launching %d training processes on %s: %s", processes * nodes, where, " ".join(shown))
+        return command, command[:-1]  # the round's JSON left out
+    node_launch = {"module": module, "argument": argument, "processes": processes, "nodes": nodes, "port": port}
+    node_launch["first_node"] = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    shown = srun_command(nodes, cpus_per_node)
+    return shown + [sys.executable, "-m", __name__, json.dumps(node_launch)], shown
+
+
+def _run_launcher(command: list[str], log_path: str | Path, nodes: int) -> int:
+    """Run the launcher ``command`` in a session of its own, its output appended to ``log_path``; its exit status.
+    A stop signal ends the training processes with it (``stop_launched``) and goes on."""
+    from snakeskills.training.trainer import stop_signal_of
+
     # torch.distributed.run passes a stop signal on to the training processes and kills them after this long (srun
     # hands the variable on to each node's launcher)
     environment = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHED_GRACE_SECONDS), **os.environ}
@@ -129,19 +164,30 @@ def launch_training(
             command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
         )
         try:
-            returncode = launcher.wait()
+            return launcher.wait()
         except BaseException as stopped:  # a stop signal (or anything else): the processes end with this one
             import signal
 
             stop_launched(launcher, signal.SIGTERM if nodes > 1 else stop_signal_of(stopped))
             raise
-    if returncode != 0:
-        raise LaunchFailed(
-            f"the {processes * nodes} training processes on {where} failed (exit {returncode}): "
-            f"{failure(records, processes, nodes)}; see {log_path}"
-        )
-    shutil.rmtree(records, ignore_errors=True)
-    return json.loads((Path(output_dir) / "training_metrics.json").read_text())
+
+
+# an exception's last line ("ValueError: ..."); torch's elastic launcher's own summary of a child's failure says
+# less than the child did
+EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b:\s*\S")
+SUMMARY_LINE = re.compile(r"ChildFailedError")
+
+
+def launcher_words(log_path: str | Path, start: int) -> str:
+    """What a failed launch said, from offset ``start`` of its log ``log_path``: its last exception's line (a
+    training process's own before torch's summary of it), else its last line; empty where it wrote nothing."""
+    with contextlib.suppress(OSError), open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(start)
+        lines = [line.strip() for line in log.read().splitlines() if line.strip()]
+        errors = [line for line in lines if EXCEPTION_LINE.search(line) and not SUMMARY_LINE.search(line)]
+        said = (errors or lines or [""])[-1]
+        return said if len(said) <= 300 else said[:300] + "..."
+    return ""
 
 
 def stop_launched(launcher, signum: int, grace_seconds: float = LAUNCHED_GRACE_SECONDS + 5) -> None:

@@ -87,12 +87,18 @@ def two_node_run(two_node_cluster, tmp_path_factory) -> Path:
         on_the_cluster(workdir, configfile), capture_output=True, text=True, cwd=workdir, env=two_node_cluster
     )
     output = process.stdout + process.stderr
-    assert process.returncode == 0, output[-8000:]
+    assert process.returncode == 0, what_failed(output, workdir)
     return workdir
 
 
 def round_log(workdir: Path, method: str) -> str:
     return (workdir / RESULTS / f"logs/{method}/{method}-round1.log").read_text()
+
+
+def what_failed(output: str, workdir: Path) -> str:
+    """Snakemake's output and the end of each round log there is: what a failed run's assertion shows."""
+    logs = sorted((workdir / RESULTS / "logs").glob("*/*-round1.log"))
+    return output[-5000:] + "".join(f"\n--- {log.name}:\n{log.read_text()[-2500:]}" for log in logs)
 
 
 def adapter(workdir: Path, method: str) -> dict:
@@ -177,7 +183,7 @@ def test_a_full_fine_tune_across_two_nodes_equals_one_node(two_node_run, two_nod
         command = snakemake_command(REPO / "Snakefile", workdir, configfile, *options, "--until", "sft")
         process = subprocess.run(command, capture_output=True, text=True, cwd=workdir, env=environment, timeout=1500)
         output = process.stdout + process.stderr
-        assert process.returncode == 0, output[-6000:]
+        assert process.returncode == 0, what_failed(output, workdir)
         assert job_counts(output) == {"sft": 1}, output[-3000:]
         trained[name] = checkpoint(workdir, "sft")
     assert_same_weights(trained["two-nodes"], trained["one-node"], "full sft")
