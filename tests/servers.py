@@ -112,11 +112,12 @@ class VLLMServer:
     (snakeskills.backends.vllm_env): what NeMo-Skills users run for teachers and judges. Its KV cache is sized in GiB
     (on a CPU, --gpu-memory-utilization would reserve that share of the machine's RAM); its output goes to ``log``."""
 
-    def __init__(self, python, checkpoint, log: Path, port=None):
+    def __init__(self, python, checkpoint, log: Path, port=None, arguments=()):
         self.python = Path(python)
         self.checkpoint = str(checkpoint)
         self.log = log
         self.port = port or free_port()
+        self.arguments = list(arguments)  # more of vllm serve's options (a tool parser, a chat template)
         self.process = None
 
     @property
@@ -133,7 +134,8 @@ class VLLMServer:
                 [executable, "serve", self.checkpoint, "--host", "127.0.0.1", "--port", str(self.port)]
                 + ["--dtype", "float32", "--seed", "0"]
                 # as the vllm backend does on a CPU (snakeskills.backends.vllm.cpu_scheduling): no seeded prompt split
-                + ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"],
+                + ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"]
+                + self.arguments,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=environment,

@@ -7,6 +7,9 @@ progress file keeps finished batches). A prompt too long for the model gives an 
 ``finish_reason: error`` and an ``error`` field, not a dead job. The API key is read from the environment variable
 ``api_key_env`` names and never logged or written.
 
+With tools through the chat template (``GenerationRequest.functions``) a chat request offers them as its ``tools``
+and the answer's ``tool_calls`` (read by the server's tool parser) come back beside its content.
+
 Token counts (``num_generated_tokens``, ``num_prompt_tokens``) are the server's ``usage``, else counted with
 ``openai.tokenizer_path``'s tokenizer (the whole budget where the answer stopped at its length); without one the job
 stops at the first such answer, since a count of 0 would spend no token budget and cost nothing."""
@@ -14,6 +17,7 @@ stops at the first such answer, since a count of 0 would spend no token budget a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -192,11 +196,20 @@ class OpenAIBackend:
             extra_body.update(continue_final_message=True, add_generation_prompt=False)
         if extra_body:
             options["extra_body"] = extra_body
-        reasoning = None
+        if self.api == "chat" and request.functions:
+            # tools through the chat template: the server renders the functions and its tool parser reads the calls
+            # (vLLM: --enable-auto-tool-choice --tool-call-parser)
+            options["tools"] = list(request.functions)
+        reasoning, tool_calls = None, None
         if self.api == "chat":
             response = await client.chat.completions.create(messages=messages, **options)
             choice = response.choices[0]
             text = choice.message.content or ""
+            if request.functions:
+                tool_calls = tuple(
+                    {"name": call.function.name, "arguments": call.function.arguments}
+                    for call in choice.message.tool_calls or ()
+                )
             reasoning = split_off_reasoning(choice.message)
             if reasoning is not None and not self.warned_reasoning:
                 self.warned_reasoning = True
@@ -216,7 +229,10 @@ class OpenAIBackend:
         generated = getattr(usage, "completion_tokens", None)
         prompt = getattr(usage, "prompt_tokens", None)
         if generated is None or prompt is None:
-            counted_generated, counted_prompt = self._count(request, messages, sampling, text, reasoning, finish_reason)
+            written = text + "".join(json.dumps(call) for call in tool_calls or ())
+            counted_generated, counted_prompt = self._count(
+                request, messages, sampling, written, reasoning, finish_reason
+            )
             generated = counted_generated if generated is None else generated
             prompt = counted_prompt if prompt is None else prompt
         return GenerationResult(
@@ -225,6 +241,7 @@ class OpenAIBackend:
             finish_reason=finish_reason,
             reasoning_content=reasoning,
             num_prompt_tokens=prompt,
+            tool_calls=tool_calls,
         )
 
     def _count(
@@ -264,6 +281,7 @@ class OpenAIBackend:
                 tokenize=False,
                 add_generation_prompt=request.assistant_prefix is None,
                 continue_final_message=request.assistant_prefix is not None,
+                tools=list(request.functions) if request.functions else None,
                 **self.chat_template_kwargs,
             )
         except ValueError as error:  # transformers: the tokenizer has no chat template

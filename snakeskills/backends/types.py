@@ -34,6 +34,9 @@ class GenerationRequest:
     # the call the tool loop makes before the model's first turn (tools.first_call, the always-ask baseline): the
     # row's problem; backends never read it
     forced_call: str | None = None
+    # tools.format chat_template on a chat API: the functions offered (their JSON schemas), sent as the request's
+    # ``tools``; the server's tool parser reads the calls (``GenerationResult.tool_calls``)
+    functions: tuple[dict, ...] | None = None
 
     def budget(self, sampling: SamplingParams) -> int:
         """The tokens this request may generate."""
@@ -57,6 +60,9 @@ class GenerationResult:
     tools: dict | None = None
     # per token of ``token_ids``: 1 where the model drew it, 0 where a tool's output was appended (tool loop)
     model_token_mask: tuple[int, ...] | None = None
+    # the calls a chat API's tool parser read from the turn (a request with ``functions``): each ``{"name": ...,
+    # "arguments": <JSON text>}`` as the server sent it; ``generation`` is then the turn's content without them
+    tool_calls: tuple[dict, ...] | None = None
     # the tokens of the prompt the model read, where the backend counts them for the caller (the model server, which
     # tokenizes the messages itself; an OpenAI server's usage): a priced model's input tokens (tools.models). A count
     # about the request, not part of what was generated: results compare equal without it

@@ -274,9 +274,12 @@ class Plan:
 
     def generation_tools(self, model: str, split: str) -> Tools | None:
         """The ``tools`` section a model's generation calls tools with (``ToolsPlan.job_section``): the student's,
-        its tuned rounds' and its baselines' (a teacher, a synthesis writer, a model tool answering alone and the
-        writing of new problems answer in one turn)."""
-        if self.tools is None or model in self.served_models or synthesis_split_part(split) == "sources":
+        its tuned rounds' and its baselines', and the teacher's with teacher.tools (a synthesis writer, a model tool
+        answering alone and the writing of new problems answer in one turn)."""
+        if self.tools is None or synthesis_split_part(split) == "sources":
+            return None
+        tool_teacher = self.teacher is not None and self.teacher.tools and model == self.teacher.name
+        if model in self.served_models and not tool_teacher:
             return None
         return self.tools.job_section(model)
 

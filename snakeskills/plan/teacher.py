@@ -11,6 +11,11 @@ def check_teacher(config: dict) -> None:
     """The teacher's name must be its own: not a tuned round's, not the student's."""
     teacher = config["teacher"]
     check_model_name(teacher["name"], "teacher.name")
+    if teacher["tools"] and config["tools"] is None:
+        raise SnakeskillsError(
+            "config key teacher.tools is true, but the run has no tools (tools is null); give a tools section or "
+            "set teacher.tools: false"
+        )
     if teacher["name"] == config["model"]["name"]:
         raise SnakeskillsError(
             f"config keys teacher.name and model.name are both {teacher['name']!r}: teacher and student would "
@@ -26,6 +31,7 @@ class TeacherPlan:
         self.name: str = teacher["name"]
         self.evaluated = teacher["evaluate"]
         self.train_num_seeds: int = teacher["train_num_seeds"]
+        self.tools: bool = teacher["tools"]  # answers with the run's tools section
 
     def sft_data_models(self, student_models: list[str]) -> list[str]:
         """The models whose samples a round learns from, given the student's own (its earlier rounds, the base

@@ -226,6 +226,9 @@ def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) 
     if tools.tool is not None:
         check_tool(tools, "tools.tool")
     prompts = student_prompts(config)
+    teacher = config["teacher"]
+    if teacher is not None and teacher["tools"]:
+        prompts["teacher.prompt"] = resolve_prompt(teacher["prompt"], "teacher.prompt")
     if tools.chat:
         check_chat_format(config, plan, prompts)
     elif tools.chat_template is not None:
@@ -263,49 +266,76 @@ def _check_tag_format(config: dict, plan: ToolsPlan, prompts: dict, warn: Callab
 
 
 def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
-    """``tools.format: chat_template``: prompts rendered by a chat template, a model the job loads itself (not
-    through a shared model server: its turns are rendered by the server, not yet this way), no tiny-model
-    bootstrap in tags; the functions and the template (``ToolsPlan.training_section``); and, where the plan can read
-    the student's tokenizer (a local folder), the template on it: it renders calls and tool messages, its calls read
-    back, and the model's end-of-turn token ends its turns (``ChatTurns``)."""
+    """``tools.format: chat_template``: prompts rendered by a chat template (``prompts``: those of the models that
+    call tools), no tiny-model bootstrap in tags, the functions and the template (``ToolsPlan.training_section``), and
+    each model that calls tools (the student; the teacher with teacher.tools) on a backend that can: see
+    ``_check_chat_caller``."""
     for key, prompt in prompts.items():
         if not prompt["chat_template"]:
             raise SnakeskillsError(
                 f"config key {key}.chat_template is false, but tools.format chat_template offers the tools through "
                 f"the chat template; set {key}.chat_template: true"
             )
-    generation = config["generation"]  # hf or vllm: the student's backend loads its weights
-    if generation["share_model"]["enabled"]:
-        raise SnakeskillsError(
-            "config key generation.share_model.enabled: tools.format chat_template runs on a model the job loads "
-            "itself; set generation.share_model.enabled: false"
-        )
     tiny = config.get("tiny_model") or {}
     if config["model"]["build_tiny"] and tiny.get("tool_share"):
         raise SnakeskillsError(
             "config key tiny_model.tool_share: the tiny model's bootstrap shows calls in tags; with tools.format "
             "chat_template set it to 0 (or use tags)"
         )
+    _check_chat_caller(config, plan, "generation", config["model"], "model")
+    teacher = config["teacher"]
+    if teacher is not None and teacher["tools"]:
+        _check_chat_caller(config, plan, "teacher.generation", teacher["model"], "teacher")
+
+
+def _check_chat_caller(config: dict, plan: ToolsPlan, key: str, model: dict, role: str) -> None:
+    """A model that calls tools through the chat template (its generation section at config key ``key``): loaded by
+    its job or behind an OpenAI-compatible server, not through a shared model server (its turns are rendered by the
+    server, not yet this way); and, where the plan can read the tokenizer (the model's local folder, or
+    ``openai.tokenizer_path``, which a server needs for the transcript), the template on it: it renders calls and
+    tool messages, its calls read back, and the model's end-of-turn token ends its turns (``ChatTurns``)."""
+    generation = config["teacher"]["generation"] if role == "teacher" else config["generation"]
+    if generation["share_model"]["enabled"]:
+        raise SnakeskillsError(
+            f"config key {key}.share_model.enabled: tools.format chat_template runs on a model the job loads "
+            f"itself or on an OpenAI-compatible server; set {key}.share_model.enabled: false"
+        )
     section = plan.training_section()
-    model = config["model"]
-    if model["build_tiny"] or not model["path"] or not Path(model["path"]).is_dir():
+    backend = generation["backend"]
+    name = config[role]["name"]
+    if backend == "openai":
+        folder = generation["openai"]["tokenizer_path"]
+        if not folder:
+            raise SnakeskillsError(
+                f"config key {key}.openai.tokenizer_path: tools.format chat_template writes each sample's "
+                "transcript with the served model's chat template; give a folder with its tokenizer (the server "
+                "must render with the same template: tools.chat_template, e.g. vllm serve --chat-template, or the "
+                "tokenizer's own)"
+            )
+        where = f"{key}.openai.tokenizer_path {folder}"
+    elif model.get("build_tiny") or not model["path"] or not Path(model["path"]).is_dir():
         return  # checked when the job loads the tokenizer
+    else:
+        folder, where = model["path"], f"model {name} ({model['path']})"
     from transformers import AutoTokenizer
 
     from snakeskills.tools.chat_turns import ChatTurns
 
-    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
-    where = f"model {model['name']} ({model['path']}) with " + (
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=model["trust_remote_code"])
+    where += " with " + (
         f"tools.chat_template {section.chat_template!r}" if section.chat_template else "its own chat template"
     )
     schemas = [function["schema"] for function in section.functions]
-    chat = ChatTurns(tokenizer, section.template_text, schemas, config["prompt"]["chat_template_kwargs"], where)
+    kwargs = (config["teacher"]["prompt"] if role == "teacher" else config["prompt"])["chat_template_kwargs"]
+    chat = ChatTurns(tokenizer, section.template_text, schemas, kwargs, where)
     special = [marker for marker in chat.calls.format.markers if marker in tokenizer.all_special_tokens]
-    if generation["backend"] == "vllm" and special:
+    reads_text = backend == "vllm" or (backend == "openai" and generation["openai"]["api"] == "completions")
+    if reads_text and special:
         raise SnakeskillsError(
-            f"config key generation.backend is vllm, but the calls of {where} are marked by special tokens of its "
-            f"tokenizer ({', '.join(special)}), which vLLM leaves out of the text it returns: the loop would never "
-            "see a call; use generation.backend: hf (the loop reads its token ids, special tokens included)"
+            f"config key {key}.backend is {backend}, but the calls of {where} are marked by special tokens of "
+            f"its tokenizer ({', '.join(special)}), which vLLM leaves out of the text it returns: the loop would "
+            "never see a call; use backend hf (the loop reads its token ids, special tokens included)"
+            + (" or the chat API, whose server's tool parser reads them" if backend == "openai" else "")
         )
 
 

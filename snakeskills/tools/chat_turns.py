@@ -105,9 +105,15 @@ class ChatTurns:
     def call_turn(self, call: FunctionCall) -> str:
         """An assistant turn that makes ``call`` as the template writes it, its end-of-turn token left out (the
         always-ask baseline's first turn, which the loop writes)."""
+        return self.assistant_turn("", [call])
+
+    def assistant_turn(self, content: str, calls: list[FunctionCall]) -> str:
+        """An assistant turn of ``content`` making ``calls`` as the template writes it, its end-of-turn token left
+        out: the transcript of a turn whose calls a server's tool parser read (only the messages came back)."""
         user = [{"role": "user", "content": USER_TURN}]
         prompt = self.render(user, True)
-        rendered = self.render([*user, {"role": "assistant", "content": "", "tool_calls": [call.message()]}], False)
+        message = {"role": "assistant", "content": content, "tool_calls": [call.message() for call in calls]}
+        rendered = self.render([*user, message], False)
         turn = rendered[len(prompt) :]
         end = turn.rfind(self.end_text) if self.end_text else -1
         return turn[:end] if end >= 0 else turn.rstrip()

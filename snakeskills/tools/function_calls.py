@@ -79,6 +79,11 @@ def _json_call(body: str, arguments_key: str) -> FunctionCall:
     return _read_call(value, arguments_key)
 
 
+def server_call(call: dict) -> FunctionCall:
+    """A call an OpenAI-compatible server's tool parser read (``{"name": ..., "arguments": <JSON text>}``)."""
+    return _read_call(call, "arguments")
+
+
 def _short(text: str, limit: int = 120) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + "..."

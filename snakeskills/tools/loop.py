@@ -15,8 +15,10 @@ backends), or the assistant's unfinished reply (messages backends, ``GenerationR
 
 With ``tools.format: chat_template`` the same scheduler runs the model's own tool-calling format instead
 (``chat_turns``): a turn ends at EOS, its JSON calls run in order, and the template's tool messages follow the
-model's tokens. The module is over 500 lines because both ways share one scheduler and one row state (ids, text,
-spans, statistics, costs), which splitting would duplicate."""
+model's tokens. On a chat API (the openai backend) the server renders the template and its tool parser reads the
+calls: each turn sends the conversation so far as messages with the functions as ``tools``, and the transcript
+writes the turn's calls as the template does. The module is over 500 lines because both ways share one scheduler
+and one row state (ids, text, spans, statistics, costs), which splitting would duplicate."""
 
 from __future__ import annotations
 
@@ -188,6 +190,9 @@ class _Row:
     cost: float = 0.0
     conversation: list[dict] = field(default_factory=list)  # chat template: the messages after the prompt
     turn_content: str = ""  # chat template: the last turn's text without its calls
+    server_calls: list = field(default_factory=list)  # chat API: the last turn's calls, as its server read them
+    server_raw: list = field(default_factory=list)  # chat API: the same as the server sent them (arguments as text)
+    api_messages: list = field(default_factory=list)  # chat API: the messages after the prompt, as sent back to it
 
 
 def _after_outputs(row: _Row) -> int:
@@ -215,13 +220,16 @@ class ToolLoop:
             backend.keep_tokens = True
         self.ids = bool(getattr(backend, "keep_tokens", False))
         self.chat = None
+        # a chat API's server renders the template and reads the calls (its tool parser); the loop sends the messages
+        self.server_calls = use.chat and getattr(backend, "takes", "token_ids") == "messages"
         if use.chat:
             from snakeskills.tools.chat_turns import ChatTurns
 
-            if getattr(backend, "takes", "token_ids") != "token_ids":
+            if getattr(backend, "tokenizer", None) is None:
                 raise SnakeskillsError(
-                    "tools.format chat_template: the loop renders the model's chat template itself, so it runs on "
-                    f"the hf and vllm backends, not on {getattr(backend, 'name', type(backend).__name__)}"
+                    "tools.format chat_template: the transcript is rendered with the model's chat template, and the "
+                    f"{getattr(backend, 'name', type(backend).__name__)} backend has no tokenizer; set "
+                    "generation.openai.tokenizer_path to a folder with the served model's tokenizer"
                 )
             self.tags = {}
             self.functions = {function.name: function for function in use.functions}
@@ -262,6 +270,8 @@ class ToolLoop:
             if self.chat is not None:  # a turn's function calls, run in order
                 called = [function.message() for function in call if function.problem is None]
                 row.conversation.append({"role": "assistant", "content": row.turn_content, "tool_calls": called})
+                if self.server_calls:
+                    self._api_turn(row, call)
                 for function in call:
                     tool = self._function_tool(function)
                     if tool is not None and tool not in row.sessions:
@@ -343,6 +353,8 @@ class ToolLoop:
         tool's tags); with the chat template, the function calls of a turn that ended with its end-of-turn token
         (None: no call, the sample's answer)."""
         if self.chat is not None:
+            if self.server_calls:
+                return row.server_calls or None
             if self.ids and not row.eos_left_out:  # a stop string ended the turn: the sample ends
                 return None
             content, functions = self.chat.parse(row.text[row.turn_start :])
@@ -394,9 +406,14 @@ class ToolLoop:
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
         request = row.request
+        if self.server_calls:  # the functions offered, and after a call the conversation so far
+            request = dataclasses.replace(request, functions=tuple(self.chat.functions))
         if row.turns == 0:
             return request
         seed, budget = turn_seed(request.seed, row.turns), sampling.max_new_tokens - row.tokens
+        if self.server_calls:
+            messages = (*request.messages, *row.api_messages)
+            return dataclasses.replace(request, seed=seed, messages=messages, max_new_tokens=budget)
         if request.prompt_token_ids is not None:
             if row.token_ids is not None:
                 completion = row.token_ids
@@ -432,6 +449,9 @@ class ToolLoop:
             row.reasoning.append(turn.reasoning_content)
         if turn.finish_reason == "error":  # a soft failure: the row ends with what it has
             return
+        if self.server_calls:
+            self._absorb_server_turn(row, turn)
+            return
         if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
             self._absorb_ids(row, turn)
             return
@@ -440,6 +460,33 @@ class ToolLoop:
             raise SnakeskillsError(f"tool loop: the {name} backend returned a turn without its token ids")
         row.text += turn.generation
         row.segments.append((turn.generation, False))
+
+    def _absorb_server_turn(self, row: _Row, turn: GenerationResult) -> None:
+        """A chat API's turn: its content and the calls its server's tool parser read, written to the transcript as
+        the template writes them (the server returned the messages, not the model's text)."""
+        from snakeskills.tools.function_calls import server_call
+
+        row.turn_content = turn.generation
+        row.server_raw = list(turn.tool_calls or ())
+        row.server_calls = [server_call(call) for call in row.server_raw]
+        text = self.chat.assistant_turn(turn.generation, row.server_calls) if row.server_calls else turn.generation
+        row.text += text
+        row.segments.append((text, False))
+
+    def _api_turn(self, row: _Row, functions: list) -> None:
+        """The assistant message a chat API gets back for a turn with calls: every call as its server sent it (the
+        always-ask baseline's as the loop wrote it), each with an id its tool message will carry
+        (``call_1``, ``call_2``, ... in the conversation's order)."""
+        import json
+
+        raw = row.server_raw or [{"name": f.name, "arguments": json.dumps(f.arguments)} for f in functions]
+        first = sum(len(message.get("tool_calls", ())) for message in row.api_messages) + 1
+        calls = [
+            {"id": f"call_{first + index}", "type": "function", "function": dict(call)}
+            for index, call in enumerate(raw)
+        ]
+        row.api_messages.append({"role": "assistant", "content": row.turn_content, "tool_calls": calls})
+        row.server_raw = []
 
     def _absorb_ids(self, row: _Row, turn: GenerationResult) -> None:
         """A turn's ids joined to the row's: its text is the decoding of all of them, less an EOS that is not a tag
@@ -550,6 +597,10 @@ class ToolLoop:
             for function, outcome in zip(functions, outcomes, strict=True)
         ]
         row.conversation += messages
+        if self.server_calls:  # each answers the call of its place, by the id the assistant message gave it
+            calls = row.api_messages[-1]["tool_calls"]
+            for message, sent in zip(messages, calls, strict=True):
+                row.api_messages.append({**message, "tool_call_id": sent["id"]})
         if row.token_ids is not None:
             end_text = self._decode(row.token_ids[-1:])  # the end-of-turn token that ended a turn with calls
             row.eos_left_out = False

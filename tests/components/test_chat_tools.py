@@ -366,3 +366,112 @@ def test_a_turn_past_max_calls_ends_with_that_turn_as_the_last_message(smollm2_t
     assert result.tools["tool_call_over_limit"] and result.tools["code_rounds_executed"] == 1
     assert [message["role"] for message in result.tools[CONVERSATION_FIELD]] == ["assistant", "tool", "assistant"]
     assert result.tools[CONVERSATION_FIELD][-1]["content"] == second.removesuffix("<|im_end|>")
+
+
+class ChatAPIBackend:
+    """A chat API as the loop sees it (the openai backend on a server with a tool parser): it takes messages with the
+    functions, and answers each turn with its content and the calls its parser read (``answers``, in order)."""
+
+    takes = "messages"
+    batch_size = 4
+    name = "chat-api"
+
+    def __init__(self, tokenizer, answers):
+        self.tokenizer, self.answers, self.requests = tokenizer, list(answers), []
+
+    def generate(self, requests, sampling, on_results=None):
+        self.requests += requests
+        content, calls = self.answers[len(self.requests) - 1]
+        result = GenerationResult(generation=content, num_generated_tokens=7, finish_reason="stop", tool_calls=calls)
+        return [result]
+
+
+def server_call(expression: str) -> dict:
+    """A call as a server's tool parser returns it: the arguments as JSON text."""
+    return {"name": "calculator", "arguments": json.dumps({"expression": expression})}
+
+
+def test_a_chat_api_gets_the_functions_and_the_conversation_and_writes_the_transcript_a_token_backend_does(
+    smollm2_tokenizer,
+):
+    """On a chat API the server's parser reads the calls: the loop sends the functions as ``tools`` and, after a call,
+    the conversation in OpenAI's shape (ids pairing each call with its tool message, arguments as JSON text); the
+    transcript and the conversation are those of a token-id backend whose model wrote the same calls."""
+    tokenizer = smollm2_tokenizer
+    question = [{"role": "user", "content": "What is 37*84 + 2+3?"}]
+    api = ChatAPIBackend(
+        tokenizer,
+        [("", (server_call("37*84"), server_call("2+3"))), ("", (server_call("3108+5"),)), ("So \\boxed{3113}.", ())],
+    )
+    [by_api] = chat_loop(api).generate([GenerationRequest(seed=3, messages=tuple(question))], SAMPLING)
+
+    probe = chat_loop(TokenScriptedBackend(tokenizer, {}))
+    prompt = prompt_ids(tokenizer, probe, question[0]["content"])
+    scripted = [qwen_call("37*84", "2+3"), qwen_call("3108+5"), "So \\boxed{3113}.<|im_end|>"]
+    token_backend = TokenScriptedBackend(tokenizer, {tuple(prompt[:3]): [tokens(tokenizer, t) for t in scripted]})
+    [by_ids] = chat_loop(token_backend).generate([GenerationRequest(seed=3, prompt_token_ids=tuple(prompt))], SAMPLING)
+
+    assert by_api.generation == by_ids.generation and by_api.finish_reason == "stop"
+    assert by_api.tools[CONVERSATION_FIELD] == by_ids.tools[CONVERSATION_FIELD]
+    assert by_api.tools["tool_output_spans"] == by_ids.tools["tool_output_spans"]
+    assert by_api.tools["code_rounds_executed"] == 3 and by_api.num_generated_tokens == 21
+    first, second, third = api.requests
+    assert first.messages == tuple(question) and first.seed == 3
+    assert [schema["function"]["name"] for schema in first.functions] == ["calculator"]
+    assert third.functions == first.functions and third.assistant_prefix is None
+    assert list(second.messages) == [
+        *question,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": server_call("37*84")},
+                {"id": "call_2", "type": "function", "function": server_call("2+3")},
+            ],
+        },
+        {"role": "tool", "name": "calculator", "content": "3108", "tool_call_id": "call_1"},
+        {"role": "tool", "name": "calculator", "content": "5", "tool_call_id": "call_2"},
+    ]
+    assert third.messages[-1] == {"role": "tool", "name": "calculator", "content": "3113", "tool_call_id": "call_3"}
+    assert len({first.seed, second.seed, third.seed}) == 3
+
+
+def test_a_call_a_server_read_with_arguments_that_are_not_json_is_an_error_the_model_reads(smollm2_tokenizer):
+    tokenizer = smollm2_tokenizer
+    unreadable = {"name": "calculator", "arguments": "{expression: 1}"}
+    api = ChatAPIBackend(tokenizer, [("", (unreadable, {"name": "python", "arguments": "{}"})), ("ok", ())])
+    [result] = chat_loop(api).generate(
+        [GenerationRequest(seed=0, messages=({"role": "user", "content": "q"},))], SAMPLING
+    )
+    tool_messages = [m["content"] for m in result.tools[CONVERSATION_FIELD] if m["role"] == "tool"]
+    assert tool_messages[0].startswith("Error: the arguments of 'calculator' are not valid JSON")
+    assert tool_messages[1] == "Error: unknown function 'python'; the functions are: calculator"
+    assert result.tools["tool_errors"] == 2 and result.generation.endswith("ok")
+    sent = api.requests[1].messages
+    # the server gets back each call as it sent it, and each error under the id of the call it answers
+    assert [call["function"] for call in sent[1]["tool_calls"]] == [unreadable, {"name": "python", "arguments": "{}"}]
+    assert [(m["tool_call_id"], m["content"][:6]) for m in sent[2:]] == [("call_1", "Error:"), ("call_2", "Error:")]
+
+
+def test_a_chat_api_without_a_tokenizer_is_refused_naming_the_key(smollm2_tokenizer):
+    api = ChatAPIBackend(None, [])
+    with pytest.raises(SnakeskillsError, match="generation.openai.tokenizer_path"):
+        chat_loop(api)
+
+
+def test_the_always_ask_baseline_on_a_chat_api_sends_its_call_and_the_tool_message(smollm2_tokenizer):
+    api = ChatAPIBackend(smollm2_tokenizer, [("\\boxed{42}", ())])
+    tools = CALCULATOR.replace(first_call="calculator")
+    request = GenerationRequest(seed=0, messages=({"role": "user", "content": "6*7"},), forced_call="6*7")
+    [result] = chat_loop(api, tools).generate([request], SAMPLING)
+    [sent] = api.requests
+    assert sent.messages[1:] == (
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": server_call("6*7")}],
+        },
+        {"role": "tool", "name": "calculator", "content": "42", "tool_call_id": "call_1"},
+    )
+    forced = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call><|im_end|>'
+    assert result.generation.startswith(forced) and result.generation.endswith("assistant\n\\boxed{42}")

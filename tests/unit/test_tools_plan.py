@@ -376,3 +376,45 @@ def test_a_template_that_cannot_call_tools_stops_the_plan_naming_the_model(smoll
         SnakeskillsError, match=rf"^model smollm2-calculator-caller \({smollm2}\) with tools.chat_template 'llama3'"
     ):
         checked_config(config)
+
+
+def with_a_tool_teacher(config, tokenizer_path=None, **openai):
+    """The chat example with a teacher behind an OpenAI-compatible server answering with the run's tools (its tool
+    parser reads the calls)."""
+    from conftest import teacher_section
+
+    config["teacher"] = teacher_section(tools=True)
+    config["teacher"]["generation"]["openai"].update(openai)
+    if tokenizer_path is not None:
+        config["teacher"]["generation"]["openai"]["tokenizer_path"] = str(tokenizer_path)
+
+
+def test_a_tool_teacher_on_a_server_without_the_tokenizer_for_its_transcripts_stops_the_plan_naming_the_key():
+    with pytest.raises(SnakeskillsError, match="^config key teacher.generation.openai.tokenizer_path: tools.format"):
+        checked_config(chat_example(with_a_tool_teacher))
+
+
+def test_a_tool_teachers_tokenizer_is_checked_with_the_template_and_its_jobs_get_the_functions(smollm2):
+    config = checked_config(chat_example(lambda c: with_a_tool_teacher(c, smollm2)))
+    plan = Plan(config, Layout.under("results/chat"))
+    tools = plan.generation_settings("teacher", "arithmetic", "train")["tools"]
+    assert [function["name"] for function in tools["functions"]] == ["calculator"]
+    config = chat_example(lambda c: with_a_tool_teacher(c, smollm2))
+    config["tools"]["chat_template"] = "llama3"
+    with pytest.raises(SnakeskillsError, match=rf"^teacher.generation.openai.tokenizer_path {smollm2} with tools.cha"):
+        checked_config(config)
+    config = chat_example(lambda c: with_a_tool_teacher(c, smollm2, api="completions"))
+    config["teacher"]["prompt"]["chat_template"] = False
+    with pytest.raises(SnakeskillsError, match="^config key teacher.prompt.chat_template is false"):
+        checked_config(config)
+
+
+def test_a_teacher_without_tools_answers_in_one_turn_and_teacher_tools_needs_a_tools_section(smollm2):
+    config = checked_config(chat_example(lambda c: with_a_tool_teacher(c, smollm2)))
+    config["teacher"]["tools"] = False
+    plan = Plan(config, Layout.under("results/chat"))
+    assert plan.generation_settings("teacher", "arithmetic", "train")["tools"] is None
+    config = chat_example(lambda c: with_a_tool_teacher(c, smollm2))
+    config["tools"] = None
+    with pytest.raises(SnakeskillsError, match="^config key teacher.tools is true, but the run has no tools"):
+        checked_config(config)
