@@ -75,6 +75,8 @@ def asked_model(
         threads=arguments.threads,
         chat_template=prompt["chat_template"],
         chat_template_kwargs=prompt["chat_template_kwargs"],
+        functions=prompt.get("functions"),
+        template=prompt.get("template"),
     )
     return AskedModel(
         backend=backend,

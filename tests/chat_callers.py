@@ -13,13 +13,13 @@ CHAT_LEARNED = {"12*3": ["12*3"], "7*8+1": ["7*8", "56+1"]}
 ANSWERS = {"12*3": "36", "7*8+1": "57"}
 
 
-def build_chat_tool_caller(folder: Path, *, num_heads: int = 4):
+def build_chat_tool_caller(folder: Path, *, hidden_size: int = 64, num_heads: int = 4):
     """A tiny Llama on the character tokenizer with ChatML's two control tokens added (``<|im_end|>`` its EOS) and
     TRL's Qwen2.5 template, after a quick SFT (the project's SFT path: prompts rendered with the calculator offered as
     a function, the tool messages masked out of the loss) on conversations that call the calculator in the
-    template's format: at a low temperature it calls by itself. ``num_heads`` 2 gives heads of 32 dimensions, the
-    least vLLM's CPU build takes. Returns the folder and the tools section a job reads (functions and template set as
-    the plan sets them)."""
+    template's format: at a low temperature it calls by itself. Heads of 32 dimensions (``hidden_size`` /
+    ``num_heads``) are the least vLLM's CPU build takes. Returns the folder and the tools section a job reads
+    (functions and template set as the plan sets them)."""
     from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
     from snakeskills.settings.tools import Tools
     from snakeskills.tools.chat_turns import ChatTurns, template_text
@@ -62,7 +62,9 @@ def build_chat_tool_caller(folder: Path, *, num_heads: int = 4):
                 template=section.template_text,
             )
         )
-    model = build_tiny_llama(tokenizer, hidden_size=64, num_layers=2, num_heads=num_heads, seed=0, max_positions=1536)
+    model = build_tiny_llama(
+        tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=num_heads, seed=0, max_positions=1536
+    )
     tokenizer.chat_template = section.template_text  # its own template, as a model's that calls tools
     learned_by_heart(model, tokenizer, examples, folder, num_epochs=40, learning_rate=5e-3, max_length=1536)
     return folder, section

@@ -70,11 +70,14 @@ def backend_from_config(
     threads: int,
     chat_template: bool,
     chat_template_kwargs: dict,
+    functions: list | None = None,
+    template: str | None = None,
 ):
     """Build the backend a ``generation`` config section names, for ``model`` (path, dtype, trust_remote_code).
 
     ``chat_template`` / ``chat_template_kwargs`` (``prompts.chat_format``) reach the backends that render
-    messages themselves: the shared model server, and an openai chat server (``chat_template_kwargs``).
+    messages themselves: the shared model server, and an openai chat server (``chat_template_kwargs``); with tools
+    through the chat template, so do ``functions`` and ``template`` (the shared model server renders them).
 
     With ``generation.share_model.enabled`` (hf, vllm), the model is loaded by a model server shared by
     the jobs on this node (the "shared" backend, ``snakeskills.backends.model_server``) instead of by this
@@ -114,6 +117,8 @@ def backend_from_config(
         options=options,
         chat_template=chat_template,
         chat_template_kwargs=chat_template_kwargs,
+        functions=functions,
+        template=template,
         directory=share.directory or default_directory(),
         idle_seconds=share.idle_seconds,
         jobs_per_load=share.jobs_per_load,

@@ -17,7 +17,8 @@ a server and a round retrained in place gets a fresh one. Once loaded, a server 
 those its job saw, else it stops.
 
 Protocol: one JSON object per line: ``{"op": "hello"}`` then any number of
-``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``."""
+``{"op": "generate", "requests": [...], "sampling": {...}, "chat_template": bool, "chat_template_kwargs": {...}}``
+(and ``functions``, ``template`` with tools through the chat template)."""
 
 from __future__ import annotations
 
@@ -156,12 +157,16 @@ class SharedModelBackend:
         idle_seconds: float,
         jobs_per_load: int,
         gpus: int | None = None,
+        functions: list | None = None,
+        template: str | None = None,
     ):
         from snakeskills.backends.gpus import server_candidates
         from snakeskills.backends.specs import server_gpus
 
         self.gpus = server_gpus(backend, options, bool(server_candidates())) if gpus is None else gpus
         self.chat_format = {"chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs}
+        if functions:  # tools through the chat template: the prompts render with the functions (and the template)
+            self.chat_format.update(functions=functions, template=template)
         self.options = {"backend": backend, **options}
         # what this job's model is now: looked at once, so that the key, the server and the log agree
         self.weights = options_weights(self.options)
@@ -408,6 +413,8 @@ class ModelServer(socketserver.ThreadingUnixStreamServer):
                         r["messages"],
                         chat_template=message["chat_template"],
                         chat_template_kwargs=message["chat_template_kwargs"],
+                        functions=message.get("functions"),
+                        template=message.get("template"),
                         tokenizer=tokenizer,
                     )
                 )

@@ -95,6 +95,8 @@ class OpenAIBackend:
         self.warned_usage = False
         # chat: the server applies its chat template; completions: our rendered text, which the server tokenizes
         self.takes = "messages" if api == "chat" else "text"
+        # a chat server's tool parser reads the calls of tools offered through the chat template (``tool_calls``)
+        self.reads_tool_calls = api == "chat"
         # the chat API's template variables, sent as the request's chat_template_kwargs (vLLM, SGLang,
         # transformers serve); the completions API gets text rendered here with them (prompts.format_prompt)
         self.chat_template_kwargs = chat_template_kwargs

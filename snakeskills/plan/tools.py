@@ -268,7 +268,7 @@ def _check_tag_format(config: dict, plan: ToolsPlan, prompts: dict, warn: Callab
 def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
     """``tools.format: chat_template``: prompts rendered by a chat template (``prompts``: those of the models that
     call tools), no tiny-model bootstrap in tags, the functions and the template (``ToolsPlan.training_section``), and
-    each model that calls tools (the student; the teacher with teacher.tools) on a backend that can: see
+    the template on the tokenizer of each model that calls tools (the student; the teacher with teacher.tools):
     ``_check_chat_caller``."""
     for key, prompt in prompts.items():
         if not prompt["chat_template"]:
@@ -289,17 +289,11 @@ def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
 
 
 def _check_chat_caller(config: dict, plan: ToolsPlan, key: str, model: dict, role: str) -> None:
-    """A model that calls tools through the chat template (its generation section at config key ``key``): loaded by
-    its job or behind an OpenAI-compatible server, not through a shared model server (its turns are rendered by the
-    server, not yet this way); and, where the plan can read the tokenizer (the model's local folder, or
+    """A model that calls tools through the chat template (its generation section at config key ``key``): where the
+    plan can read the tokenizer (the model's local folder, or
     ``openai.tokenizer_path``, which a server needs for the transcript), the template on it: it renders calls and
     tool messages, its calls read back, and the model's end-of-turn token ends its turns (``ChatTurns``)."""
     generation = config["teacher"]["generation"] if role == "teacher" else config["generation"]
-    if generation["share_model"]["enabled"]:
-        raise SnakeskillsError(
-            f"config key {key}.share_model.enabled: tools.format chat_template runs on a model the job loads "
-            f"itself or on an OpenAI-compatible server; set {key}.share_model.enabled: false"
-        )
     section = plan.training_section()
     backend = generation["backend"]
     name = config[role]["name"]

@@ -221,7 +221,7 @@ class ToolLoop:
         self.ids = bool(getattr(backend, "keep_tokens", False))
         self.chat = None
         # a chat API's server renders the template and reads the calls (its tool parser); the loop sends the messages
-        self.server_calls = use.chat and getattr(backend, "takes", "token_ids") == "messages"
+        self.server_calls = use.chat and getattr(backend, "reads_tool_calls", False)
         if use.chat:
             from snakeskills.tools.chat_turns import ChatTurns
 

@@ -178,3 +178,65 @@ def test_a_run_with_the_caller_records_the_conversations_and_trains_on_them(chat
     assert "template_text" not in settings["tools"]  # the model's own template
     sft_data = list(iter_jsonl(results / "sft" / "sft-round1" / "data.jsonl"))
     assert sft_data and all(row["tool_output_spans"] for row in sft_data)
+
+
+def test_the_shared_model_server_runs_the_callers_turns_as_a_direct_load_does(chat_tool_caller, tmp_path):
+    """The caller behind the shared model server (generation.share_model): the server renders the prompt with the
+    functions, each later turn continues the loop's token ids, and the samples (text, ids, mask, messages) equal a
+    direct load's."""
+    from snakeskills.backends.hf import HFBackend
+    from snakeskills.backends.model_server import SharedModelBackend
+    from snakeskills.backends.types import GenerationRequest, SamplingParams
+    from snakeskills.prompts import encode_messages
+    from snakeskills.tools.loop import CONVERSATION_FIELD, ToolLoop, tool_use
+
+    folder, section = chat_tool_caller
+    schemas = [function["schema"] for function in section.functions]
+    options = {
+        "model_path": str(folder),
+        "adapter_path": None,
+        "dtype": "float32",
+        "trust_remote_code": False,
+        "device": "cpu",
+        "batch_size": 4,
+        "threads": 1,
+        "compile": False,
+        "share_prefix": True,
+    }
+    sampling = SamplingParams(temperature=0.3, top_p=1.0, top_k=0, max_new_tokens=200)
+    questions = [[{"role": "user", "content": problem}] for problem in ANSWERS]
+    server = SharedModelBackend(
+        backend="hf",
+        options=options,
+        chat_template=True,
+        chat_template_kwargs={},
+        functions=schemas,
+        template=section.template_text,
+        directory=str(tmp_path / "servers"),
+        idle_seconds=3,
+        jobs_per_load=64,
+    )
+    try:
+        requests = [GenerationRequest(seed=seed, messages=tuple(q)) for seed in (0, 1) for q in questions]
+        served = ToolLoop(server, tool_use(section)).generate(requests, sampling)
+    finally:
+        server.close()
+    direct = HFBackend(**options)
+    loaded = []
+    for seed in (0, 1):
+        for question in questions:
+            ids = encode_messages(
+                question,
+                chat_template=True,
+                chat_template_kwargs={},
+                tokenizer=direct.tokenizer,
+                functions=schemas,
+                template=section.template_text,
+            )
+            loaded.append(GenerationRequest(seed=seed, prompt_token_ids=tuple(ids)))
+    by_direct = ToolLoop(direct, tool_use(section)).generate(loaded, sampling)
+    for by_server, by_load in zip(served, by_direct, strict=True):
+        assert by_server.generation == by_load.generation
+        assert by_server.token_ids == by_load.token_ids and by_server.model_token_mask == by_load.model_token_mask
+        assert by_server.tools[CONVERSATION_FIELD] == by_load.tools[CONVERSATION_FIELD]
+    assert sum(result.tools["code_rounds_executed"] for result in served) >= len(served)

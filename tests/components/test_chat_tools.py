@@ -373,6 +373,7 @@ class ChatAPIBackend:
     functions, and answers each turn with its content and the calls its parser read (``answers``, in order)."""
 
     takes = "messages"
+    reads_tool_calls = True
     batch_size = 4
     name = "chat-api"
 

@@ -30,7 +30,7 @@ def vllm_python():
 def test_vllm_serve_with_a_tool_parser_makes_the_calls_the_hf_backend_makes(vllm_python, tmp_path):
     from servers import VLLMServer
 
-    folder, _section = build_chat_tool_caller(tmp_path / "caller", num_heads=2)
+    folder, _section = build_chat_tool_caller(tmp_path / "caller", hidden_size=128, num_heads=4)
     data = tmp_path / "problems.jsonl"
     write_jsonl(data, [{"id": f"p{i}", "problem": p, "expected_answer": a} for i, (p, a) in enumerate(ANSWERS.items())])
     tool_parser = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
@@ -69,7 +69,11 @@ def test_vllm_serve_with_a_tool_parser_makes_the_calls_the_hf_backend_makes(vllm
             },
             "judge": {"extraction": "boxed"},
             "methods": ["sft"],
-            "sft": {"filters": {"correct_only": True}},
+            "sft": {  # not trained here: its data is the last target
+                "filters": {"correct_only": True},
+                "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
+                "training": {"num_epochs": 1, "learning_rate": 1.0e-3, "batch_size": 2, "max_length": 1536},
+            },
         }
         judged = [
             f"{RESULTS}/judge/{m}/calc/test/output-rs{s}.jsonl" for m in ("caller", "served-caller") for s in (0, 1)
@@ -95,6 +99,6 @@ def test_vllm_serve_with_a_tool_parser_makes_the_calls_the_hf_backend_makes(vllm
             for field in ("tool_output_spans", "code_rounds_executed", "tool_errors", "predicted_answer"):
                 assert server_row[field] == hf_row[field], field
             calls += server_row["code_rounds_executed"]
-    assert calls >= 2 * 3, "each problem's calls, as the caller learned them"
+    assert calls >= 2, "the server's parser read the caller's calls"
     sft_data = list(iter_jsonl(results / "sft/sft-round1/data.jsonl"))
     assert sft_data and all(row["tool_output_spans"] for row in sft_data)

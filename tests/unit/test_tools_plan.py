@@ -340,10 +340,6 @@ def _user_tool_with_two_parameters(config, tmp_path):
             "config key prompt.chat_template is false, but tools.format chat_template",
         ),
         (
-            lambda c: c["generation"].update(share_model={"enabled": True}),
-            "config key generation.share_model.enabled: tools.format chat_template",
-        ),
-        (
             lambda c: c["tools"].pop("format"),
             "config key tools.chat_template: the template is for tools.format: chat_template",
         ),
