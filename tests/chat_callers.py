@@ -8,6 +8,8 @@ from pathlib import Path
 
 from conftest import learned_by_heart
 
+from snakeskills.io import write_jsonl
+
 # the problems the caller learned, each with the calculator calls it makes (one a turn), and their answers
 CHAT_LEARNED = {"12*3": ["12*3"], "7*8+1": ["7*8", "56+1"]}
 ANSWERS = {"12*3": "36", "7*8+1": "57"}
@@ -68,3 +70,31 @@ def build_chat_tool_caller(folder: Path, *, hidden_size: int = 64, num_heads: in
     tokenizer.chat_template = section.template_text  # its own template, as a model's that calls tools
     learned_by_heart(model, tokenizer, examples, folder, num_epochs=40, learning_rate=5e-3, max_length=1536)
     return folder, section
+
+
+def caller_run_config(experiment: str, folder: Path, data: Path, sampling: dict) -> dict:
+    """A run with the caller (``folder``) as the student on hf, its own chat template offering the calculator,
+    asked the learned problems (written to ``data``) as its train and test splits, sampled with ``sampling``, and
+    one small SFT round on its judged-correct conversations."""
+    write_jsonl(data, [{"id": f"p{i}", "problem": p, "expected_answer": a} for i, (p, a) in enumerate(ANSWERS.items())])
+    return {
+        "experiment": experiment,
+        "model": {"name": "caller", "build_tiny": False, "path": str(folder), "dtype": "float32"},
+        "tools": {"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2},
+        "benchmarks": {"calc": {"source": "jsonl", "jsonl": {"paths": {"train": str(data), "test": str(data)}}}},
+        "train_benchmarks": ["calc"],
+        "train_split": "train",
+        "eval_split": "test",
+        "prompt": {"user": "{problem}", "chat_template": True},
+        "num_seeds": 2,
+        "train_num_seeds": 2,
+        "num_chunks": 1,
+        "generation": {"backend": "hf", "device": "cpu", "batch_size": 4, "sampling": sampling},
+        "judge": {"extraction": "boxed"},
+        "methods": ["sft"],
+        "sft": {
+            "filters": {"correct_only": True},
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
+            "training": {"num_epochs": 1, "learning_rate": 1.0e-3, "batch_size": 2, "max_length": 1536},
+        },
+    }

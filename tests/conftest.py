@@ -227,14 +227,24 @@ def asked_model(backend, prompt, sampling, *, rows_per_flush, fingerprint_files=
     )
 
 
-def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
-    """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
-    from snakeskills.backends import build_backend, local_backend_options
+def hf_options(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation) -> dict:
+    """The options an hf backend is built with (by a generate job, or by a shared model server), from a validated
+    ``generation`` section."""
+    from snakeskills.backends import local_backend_options
     from snakeskills.settings.generation import Generation
 
     section = Generation.from_dict(generation_section(backend="hf", **generation), "generation")
     model = {"dtype": dtype, "trust_remote_code": False}
-    return build_backend("hf", **local_backend_options(section, model, str(model_path), adapter_path, threads))
+    adapter = None if adapter_path is None else str(adapter_path)
+    return local_backend_options(section, model, str(model_path), adapter, threads)
+
+
+def hf_backend(model_path, *, adapter_path=None, threads: int = 1, dtype: str = "auto", **generation):
+    """An hf backend built as a generate job builds it, from a validated ``generation`` section."""
+    from snakeskills.backends import build_backend
+
+    options = hf_options(model_path, adapter_path=adapter_path, threads=threads, dtype=dtype, **generation)
+    return build_backend("hf", **options)
 
 
 def openai_backend(chat_template_kwargs=None, **openai):

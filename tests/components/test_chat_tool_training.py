@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_callers import ANSWERS, build_chat_tool_caller
-from conftest import run_snakemake, write_config
+from chat_callers import ANSWERS, build_chat_tool_caller, caller_run_config
+from conftest import hf_options, run_snakemake, write_config
 from test_grpo_tools import (
     REASONING,
     REWARDS,
@@ -24,7 +24,7 @@ from test_grpo_tools import (
     tool_round,
 )
 
-from snakeskills.io import iter_jsonl, write_jsonl
+from snakeskills.io import iter_jsonl
 from snakeskills.training import grpo
 
 
@@ -110,34 +110,8 @@ def test_a_run_with_the_caller_records_the_conversations_and_trains_on_them(chat
     from snakeskills.tools.registry import new_session
 
     folder, section = chat_tool_caller
-    data = tmp_path / "problems.jsonl"
-    write_jsonl(data, [{"id": f"p{i}", "problem": p, "expected_answer": a} for i, (p, a) in enumerate(ANSWERS.items())])
-    config = {
-        "experiment": "chat-tools",
-        "model": {"name": "caller", "build_tiny": False, "path": str(folder), "dtype": "float32"},
-        "tools": {"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2},
-        "benchmarks": {"calc": {"source": "jsonl", "jsonl": {"paths": {"train": str(data), "test": str(data)}}}},
-        "train_benchmarks": ["calc"],
-        "train_split": "train",
-        "eval_split": "test",
-        "prompt": {"user": "{problem}", "chat_template": True},
-        "num_seeds": 2,
-        "train_num_seeds": 2,
-        "num_chunks": 1,
-        "generation": {
-            "backend": "hf",
-            "device": "cpu",
-            "batch_size": 4,
-            "sampling": {"temperature": 0.3, "top_p": 1.0, "top_k": 0, "max_new_tokens": 200},
-        },
-        "judge": {"extraction": "boxed"},
-        "methods": ["sft"],
-        "sft": {
-            "filters": {"correct_only": True},
-            "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
-            "training": {"num_epochs": 1, "learning_rate": 1.0e-3, "batch_size": 2, "max_length": 1536},
-        },
-    }
+    sampling = {"temperature": 0.3, "top_p": 1.0, "top_k": 0, "max_new_tokens": 200}
+    config = caller_run_config("chat-tools", folder, tmp_path / "problems.jsonl", sampling)
     process = run_snakemake(
         tmp_path,
         "--cores",
@@ -192,17 +166,7 @@ def test_the_shared_model_server_runs_the_callers_turns_as_a_direct_load_does(ch
 
     folder, section = chat_tool_caller
     schemas = [function["schema"] for function in section.functions]
-    options = {
-        "model_path": str(folder),
-        "adapter_path": None,
-        "dtype": "float32",
-        "trust_remote_code": False,
-        "device": "cpu",
-        "batch_size": 4,
-        "threads": 1,
-        "compile": False,
-        "share_prefix": True,
-    }
+    options = hf_options(folder, dtype="float32", device="cpu", batch_size=4)
     sampling = SamplingParams(temperature=0.3, top_p=1.0, top_k=0, max_new_tokens=200)
     questions = [[{"role": "user", "content": problem}] for problem in ANSWERS]
     server = SharedModelBackend(

@@ -8,7 +8,7 @@ import stat
 import time
 
 import pytest
-from conftest import hf_backend, nonzero_lora
+from conftest import hf_backend, hf_options, nonzero_lora
 
 from snakeskills.backends import GenerationRequest, SamplingParams
 from snakeskills.backends.model_server import (
@@ -35,17 +35,7 @@ def requests():
 
 
 def shared(tiny_checkpoint, directory, chat_template=False, adapter_path=None, **overrides):
-    options = {
-        "model_path": str(tiny_checkpoint),
-        "adapter_path": None if adapter_path is None else str(adapter_path),
-        "dtype": "auto",
-        "trust_remote_code": False,
-        "device": "cpu",
-        "batch_size": 4,
-        "threads": 1,
-        "compile": False,
-        "share_prefix": True,
-    }
+    options = hf_options(tiny_checkpoint, adapter_path=adapter_path, device="cpu", batch_size=4)
     settings = {"idle_seconds": 3, "jobs_per_load": 64, **overrides}
     return SharedModelBackend(
         backend="hf",

@@ -11,10 +11,10 @@ the same transcripts, and the teacher's conversations become SFT data with the t
 from __future__ import annotations
 
 import pytest
-from chat_callers import ANSWERS, build_chat_tool_caller
+from chat_callers import ANSWERS, build_chat_tool_caller, caller_run_config
 from conftest import run_snakemake, write_config
 
-from snakeskills.io import iter_jsonl, write_jsonl
+from snakeskills.io import iter_jsonl
 
 RESULTS = "results/chat-server"
 
@@ -31,48 +31,25 @@ def test_vllm_serve_with_a_tool_parser_makes_the_calls_the_hf_backend_makes(vllm
     from servers import VLLMServer
 
     folder, _section = build_chat_tool_caller(tmp_path / "caller", hidden_size=128, num_heads=4)
-    data = tmp_path / "problems.jsonl"
-    write_jsonl(data, [{"id": f"p{i}", "problem": p, "expected_answer": a} for i, (p, a) in enumerate(ANSWERS.items())])
     tool_parser = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     server = VLLMServer(vllm_python, folder, tmp_path / "vllm-serve.log", arguments=tool_parser).start()
     greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 200}
-    prompt = {"user": "{problem}", "chat_template": True}
     try:
-        config = {
-            "experiment": "chat-server",
-            "model": {"name": "caller", "build_tiny": False, "path": str(folder), "dtype": "float32"},
-            "tools": {"tool": "calculator", "format": "chat_template", "max_calls": 3, "workers": 2},
-            "benchmarks": {"calc": {"source": "jsonl", "jsonl": {"paths": {"train": str(data), "test": str(data)}}}},
-            "train_benchmarks": ["calc"],
-            "train_split": "train",
-            "eval_split": "test",
-            "prompt": prompt,
-            "num_seeds": 2,
+        config = caller_run_config("chat-server", folder, tmp_path / "problems.jsonl", greedy)
+        config["teacher"] = {
+            "name": "served-caller",
+            "tools": True,
             "train_num_seeds": 2,
-            "num_chunks": 1,
-            "generation": {"backend": "hf", "device": "cpu", "batch_size": 4, "sampling": greedy},
-            "teacher": {
-                "name": "served-caller",
-                "tools": True,
-                "train_num_seeds": 2,
-                "prompt": prompt,
-                "generation": {
-                    "backend": "openai",
-                    "openai": {
-                        "base_url": server.base_url,
-                        "model": str(folder),
-                        "tokenizer_path": str(folder),
-                        "max_concurrency": 4,
-                    },
-                    "sampling": greedy,
+            "prompt": config["prompt"],
+            "generation": {
+                "backend": "openai",
+                "openai": {
+                    "base_url": server.base_url,
+                    "model": str(folder),
+                    "tokenizer_path": str(folder),
+                    "max_concurrency": 4,
                 },
-            },
-            "judge": {"extraction": "boxed"},
-            "methods": ["sft"],
-            "sft": {  # not trained here: its data is the last target
-                "filters": {"correct_only": True},
-                "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
-                "training": {"num_epochs": 1, "learning_rate": 1.0e-3, "batch_size": 2, "max_length": 1536},
+                "sampling": greedy,
             },
         }
         judged = [

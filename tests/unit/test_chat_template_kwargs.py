@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import asked_model, hf_backend, openai_backend, resolved_prompt
+from conftest import asked_model, hf_backend, hf_options, openai_backend, resolved_prompt
 from servers import TransformersServer
 
 from snakeskills.backends import GenerationRequest, SamplingParams, build_request
@@ -193,17 +193,7 @@ def test_the_shared_model_server_renders_with_the_kwargs(qwen3_style, tmp_path):
     not_thinking = prompt(chat_template_kwargs=kwargs)
     direct = hf_backend(qwen3_style, device="cpu", batch_size=4, threads=1)
     direct_requests = [build_request(direct, not_thinking, record, seed=0) for record in RECORDS]
-    options = {
-        "model_path": str(qwen3_style),
-        "adapter_path": None,
-        "dtype": "auto",
-        "trust_remote_code": False,
-        "device": "cpu",
-        "batch_size": 4,
-        "threads": 1,
-        "compile": False,
-        "share_prefix": True,
-    }
+    options = hf_options(qwen3_style, device="cpu", batch_size=4)
     server = SharedModelBackend(
         backend="hf",
         options=options,
