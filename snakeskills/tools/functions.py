@@ -2,18 +2,20 @@
 (OpenAI's function shape, what ``apply_chat_template(tools=...)`` renders) and the one argument a call passes to it.
 
 - ``python``: ``python(code)``; ``calculator``: ``calculator(expression)``;
-- a user's ``module:function``: the function's own name and its one parameter, described as transformers'
-  ``get_json_schema`` reads its signature and docstring (a docstring without an ``Args:`` section gives a string
-  parameter and the docstring's first line);
+- a user's ``module:function``: the function's own name and its parameters, described as transformers'
+  ``get_json_schema`` reads its signature and docstring (a docstring without an ``Args:`` section gives string
+  parameters and the docstring's first line);
 - a model as a tool (``tools.models.<name>``): ``ask_<name>(question)``, the orchestrator's expert.
 
-A call's argument is the text the tool runs, as the tag format's call text is.
+A call's argument is the text the tool runs, as the tag format's call text is; a function of several parameters
+runs with the call's arguments as a JSON object (``sandboxed.UserToolSession`` passes them as keywords).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import re
 from dataclasses import dataclass
 
@@ -24,15 +26,18 @@ from snakeskills.settings.tools import Tools
 @dataclass(frozen=True)
 class ToolFunction:
     """A tool offered as a function: its name in calls, the tool it runs (the records' and rewards' name), the
-    argument that holds the call's text, and its JSON schema."""
+    argument that holds the call's text (None: a user's function of several parameters, which takes them all), and
+    its JSON schema."""
 
     name: str
     tool: str
-    argument: str
+    argument: str | None
     schema: dict
 
     def call_text(self, arguments: dict) -> tuple[str | None, str | None]:
         """The text a call runs, or what is wrong with its arguments (shown to the model as the call's error)."""
+        if self.argument is None:
+            return self._keywords_text(arguments)
         unknown = sorted(set(arguments) - {self.argument})
         if unknown:
             return None, f"{self.name} takes one argument, {self.argument!r}; unknown: {', '.join(unknown)}"
@@ -42,6 +47,19 @@ class ToolFunction:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             return None, f"the argument {self.argument!r} of {self.name} must be a string"
         return str(value), None
+
+    def _keywords_text(self, arguments: dict) -> tuple[str | None, str | None]:
+        """A call of several parameters as the JSON object its tool takes, its arguments checked against the
+        schema's names (the function's own checks of their values run with it)."""
+        parameters = self.schema["function"]["parameters"]
+        known, required = parameters.get("properties", {}), parameters.get("required", [])
+        unknown = sorted(set(arguments) - set(known))
+        if unknown:
+            return None, f"{self.name} takes the arguments {', '.join(map(repr, known))}; unknown: {', '.join(unknown)}"
+        missing = [name for name in required if name not in arguments]
+        if missing:
+            return None, f"{self.name} needs the arguments {', '.join(map(repr, missing))}"
+        return json.dumps(arguments, ensure_ascii=False), None
 
 
 def _schema(name: str, description: str, argument: str, argument_description: str, kind: str = "string") -> dict:
@@ -93,31 +111,32 @@ def model_function_name(model: str) -> str:
 
 
 def user_function(spec: str, key: str) -> ToolFunction:
-    """A user's ``module:function`` as a function: its name, its one parameter and its schema."""
+    """A user's ``module:function`` as a function: its name, its parameters and its schema (transformers'
+    ``get_json_schema`` of its signature and docstring; where that cannot read them, string parameters and the
+    docstring's first line). One parameter takes the call's text; several take the call's arguments."""
     from snakeskills.registry import load_user_function
+    from snakeskills.tools.sandboxed import parameter_names
 
     function = load_user_function(spec, key)
     name = function.__name__
-    parameters = [
-        parameter
-        for parameter in inspect.signature(function).parameters.values()
-        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
-    ]
-    if len(parameters) != 1:
+    parameters = parameter_names(function)
+    if not parameters:
         raise SnakeskillsError(
-            f"config key {key}: {spec} takes {len(parameters)} parameters; a tool offered through the chat template "
-            "takes one, the call's text (tools.format: chat_template)"
+            f"config key {key}: {spec} takes no parameter; a tool's function takes the call's text, or its arguments"
         )
-    argument = parameters[0].name
     try:
         from transformers.utils import get_json_schema
 
         schema = get_json_schema(function)
-        schema["function"]["parameters"]["properties"][argument].setdefault("type", "string")
-    except Exception:  # noqa: BLE001 - a docstring get_json_schema cannot read: the first line and a string
+        for parameter in parameters:
+            schema["function"]["parameters"]["properties"][parameter].setdefault("type", "string")
+    except Exception:  # noqa: BLE001 - a docstring get_json_schema cannot read: the first line and strings
         doc = inspect.getdoc(function) or f"the tool {spec}"
-        schema = _schema(name, doc.splitlines()[0], argument, "the call's text")
-    return ToolFunction(name, spec, argument, schema)
+        schema = _schema(name, doc.splitlines()[0], parameters[0], "the call's text")
+        if len(parameters) > 1:
+            properties = {parameter: {"type": "string"} for parameter in parameters}
+            schema["function"]["parameters"].update(properties=properties, required=list(parameters))
+    return ToolFunction(name, spec, parameters[0] if len(parameters) == 1 else None, schema)
 
 
 def tool_functions(tools: Tools) -> list[ToolFunction]:

@@ -150,7 +150,9 @@ def _main():
         function = getattr(importlib.import_module(request["module"]), request["function"])
         if not callable(function):
             raise TypeError(f"{{request['module']}}.{{request['function']}} is not callable")
-        if request["text"] is not None:
+        if request.get("arguments") is not None:  # a function of several parameters: the call's keywords
+            _write(str(function(**request["arguments"])))
+        elif request["text"] is not None:
             _write(str(function(request["text"])))
     except BaseException as error:
         _report(error)
@@ -221,16 +223,46 @@ class PythonSession(ToolSession):
 
 
 class UserToolSession(ToolSession):
-    """A sample's session with a user's ``module:function``: each call one sandboxed run; it keeps nothing."""
+    """A sample's session with a user's ``module:function``: each call one sandboxed run; it keeps nothing. A
+    function of one parameter takes the call's text; one of several (``parameter_names``) takes them as keywords,
+    from the call's text read as a JSON object (what a chat template's call passes)."""
 
     def __init__(self, settings: Tools, key: str = "tools.tool") -> None:
+        from snakeskills.registry import load_user_function
+
         super().__init__(settings)
         self.module, _, self.function = settings.tool.partition(":")
         self.files = module_files(self.module, key)
+        self.parameters = parameter_names(load_user_function(settings.tool, key))
 
     def run(self, text: str) -> Ran:
         request = {"files": self.files, "module": self.module, "function": self.function, "text": text}
+        if len(self.parameters) != 1:
+            arguments, problem = keyword_arguments(text, self.function)
+            if problem is not None:
+                return Ran(f"Error: {problem}", error=True)
+            request.update(text=None, arguments=arguments)
         return run_program(USER_HARNESS, request, self.settings)
+
+
+def parameter_names(function) -> list[str]:
+    """The parameters a call of ``function`` may name (those given by position or keyword, or by keyword only)."""
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [name for name, p in inspect.signature(function).parameters.items() if p.kind in kinds]
+
+
+def keyword_arguments(text: str, function: str) -> tuple[dict | None, str | None]:
+    """A call's text as the keyword arguments of a function of several parameters (a JSON object), or what is
+    wrong with it (shown to the model as the call's error)."""
+    try:
+        arguments = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"{function} takes its arguments as a JSON object ({error})"
+    if not isinstance(arguments, dict):
+        return None, f"{function} takes its arguments as a JSON object, not {type(arguments).__name__}"
+    return arguments, None
 
 
 def probe_user_tool(settings: Tools, key: str) -> None:

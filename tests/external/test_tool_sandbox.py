@@ -185,3 +185,19 @@ def test_a_user_tool_that_cannot_run_in_the_sandbox_stops_the_plan(tmp_path, mon
     )
     with pytest.raises(SnakeskillsError, match=r"config key tools.tool: .* not in the tool's sandbox .*helper_beside"):
         check_tool(tool_settings(f"{module}:run"))
+
+
+def test_a_user_tool_of_several_parameters_takes_a_calls_arguments_as_keywords(tmp_path, monkeypatch):
+    """A function of several parameters (offered through a chat template with all of them) runs in the sandbox with
+    the call's JSON object as its keyword arguments; text that is not an object is an error the model reads."""
+    module = user_tool(
+        tmp_path, monkeypatch, "def convert(amount, unit='km', to='mi'):\n    return f'{amount} {unit} -> {to}'\n"
+    )
+    settings = tool_settings(f"{module}:convert", timeout_seconds=5)
+    check_tool(settings)
+    session = new_session(settings)
+    assert call(session, '{"amount": 5, "to": "m"}').output == "5 km -> m"
+    wrong = call(session, "5 km")
+    assert wrong.error and wrong.output.startswith("Error: convert takes its arguments as a JSON object (")
+    unknown = call(session, '{"amount": 1, "speed": 2}')
+    assert unknown.error and "TypeError" in unknown.output and "speed" in unknown.output

@@ -57,6 +57,26 @@ def test_a_user_function_is_described_by_its_signature_and_docstring(tmp_path, m
     assert plain.argument == "text" and plain.schema["function"]["description"] == "Echo the text back."
 
 
+def test_a_user_function_of_several_parameters_takes_its_calls_arguments_as_a_json_object(tmp_path, monkeypatch):
+    (tmp_path / "several_tools.py").write_text(
+        'def convert(amount: float, unit: str = "km") -> str:\n    """Convert a distance.\n\n    Args:\n'
+        '        amount: how far\n        unit: its unit\n    """\n    return unit\n\n'
+        "def nothing():\n    return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    convert = user_function("several_tools:convert", "tools.tool")
+    assert convert.argument is None
+    assert convert.schema["function"]["parameters"]["required"] == ["amount"]
+    assert convert.call_text({"amount": 5, "unit": "mi"}) == ('{"amount": 5, "unit": "mi"}', None)
+    assert convert.call_text({"unit": "mi"}) == (None, "convert needs the arguments 'amount'")
+    assert convert.call_text({"amount": 1, "speed": 2}) == (
+        None,
+        "convert takes the arguments 'amount', 'unit'; unknown: speed",
+    )
+    with pytest.raises(SnakeskillsError, match="config key tools.tool: several_tools:nothing takes no parameter"):
+        user_function("several_tools:nothing", "tools.tool")
+
+
 @pytest.mark.parametrize(
     ("arguments", "text", "problem"),
     [

@@ -355,14 +355,16 @@ def test_a_chat_template_mistake_stops_the_plan_naming_its_key(mutate, message):
         checked_config(chat_example(mutate))
 
 
-def test_a_user_function_of_two_parameters_is_refused_naming_the_key(tmp_path, monkeypatch):
+def test_a_user_function_of_two_parameters_is_offered_with_both(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     config = chat_example(lambda c: _user_tool_with_two_parameters(c, tmp_path))
     config["tools"]["sandbox"] = "none"
-    with pytest.raises(SnakeskillsError, match="config key tools.tool: two_parameter_tools:add takes 2 parameters"):
-        Plan(checked_config(config), Layout.under("results/x")).generation_settings(
-            "smollm2-calculator-caller", "arithmetic", "test"
-        )
+    tools = Plan(checked_config(config), Layout.under("results/x")).generation_settings(
+        "smollm2-calculator-caller", "arithmetic", "test"
+    )["tools"]
+    [function] = tools["functions"]
+    assert (function["name"], function["argument"]) == ("add", None)
+    assert function["schema"]["function"]["parameters"]["required"] == ["a", "b"]
 
 
 def test_a_template_that_cannot_call_tools_stops_the_plan_naming_the_model(smollm2):
