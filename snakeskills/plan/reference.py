@@ -23,7 +23,8 @@ plan in a few lines naming the key (`unknown config key sft.lr: did you mean ...
 sections at work.
 
 Keys are dotted paths; `benchmarks.<name>` stands for any benchmark's name. A section whose value may be `null`
-(teacher, synthesis, judge.llm) is off when null, and its keys apply once it is set.
+(teacher, synthesis, judge.llm) is off when null, and its keys apply once it is set. **Required** marks a key a
+config must give (a key of a section, once the section is given).
 """
 
 
@@ -69,10 +70,10 @@ def _reference(node: dict) -> str | None:
     return node.get("$ref") or node.get("then", {}).get("$ref")
 
 
-def _keys(schema: dict, node: dict, prefix: str, shown: dict[str, str]) -> list[tuple[str, dict]]:
-    """Every key under ``node``, depth first, as (dotted path, its schema node). A shared section (a ``$ref``,
-    such as every model's ``generation``) is listed key by key where it first appears (``shown``: its path
-    there), and elsewhere as one row pointing there."""
+def _keys(schema: dict, node: dict, prefix: str, shown: dict[str, str]) -> list[tuple[str, dict, bool]]:
+    """Every key under ``node``, depth first, as (dotted path, its schema node, whether its section requires it). A
+    shared section (a ``$ref``, such as every model's ``generation``) is listed key by key where it first appears
+    (``shown``: its path there), and elsewhere as one row pointing there."""
     rows = []
     reference = _reference(node)
     if reference in shown and shown[reference] != prefix:
@@ -87,7 +88,7 @@ def _keys(schema: dict, node: dict, prefix: str, shown: dict[str, str]) -> list[
             if _reference(child) in shown:
                 same = f"the keys of `{shown[_reference(child)]}`, with the same meanings"
                 child = {**child, "description": f"{child.get('description', '')} ({same})".lstrip()}
-            rows.append((path, child))
+            rows.append((path, child, name in resolved.get("required", [])))
             rows += _keys(schema, child, path, shown)
         extra = resolved.get("additionalProperties")
         if isinstance(extra, dict):
@@ -101,16 +102,19 @@ def config_reference(schema: dict | None = None) -> str:
     parts = [INTRO]
     # a top-level section that is a shared one (prompt, generation, metrics) is listed key by key there
     shown = {_reference(node): name for name, node in schema["properties"].items() if _reference(node)}
+    required = set(schema.get("required", []))
     for name, node in schema["properties"].items():
         kind, default, meaning = _describe(schema, node)
         parts.append(f"## `{name}`\n")
-        parts.append(f"{meaning or '(no description)'}" + (f" Default: `{default}`." if default else "") + "\n")
+        given = " **Required.**" if name in required else f" Default: `{default}`." if default else ""
+        parts.append(f"{meaning or '(no description)'}{given}\n")
         rows = _keys(schema, node, name, shown)
         if rows:
             parts.append("| key | type | default | meaning |\n| --- | --- | --- | --- |")
-            for path, child in rows:
+            for path, child, needed in rows:
                 kind, default, meaning = _describe(schema, child)
-                parts.append(f"| `{path}` | {kind} | {f'`{default}`' if default else ''} | {meaning} |")
+                given = f"`{default}`" if default else "**required**" if needed else ""
+                parts.append(f"| `{path}` | {kind} | {given} | {meaning} |")
             parts.append("")
     return "\n".join(parts).rstrip() + "\n"
 
