@@ -76,7 +76,7 @@ def check_config(
     _check_student_backend(config)
     _check_sft(config, _check_training(config, gpus_available, executor))
     if config["teacher"] is not None:
-        check_teacher(config)
+        check_teacher(config, settings)
     if config["synthesis"] is not None:
         check_synthesis(config)
         _check_writing_sampling(config)
@@ -84,7 +84,7 @@ def check_config(
         resolve_prompt(prompt, key)  # a template file that exists, format strings that parse: now, not in its job
         _check_chat_template_kwargs(config, key, prompt, reader)
     _check_metrics(config)
-    check_tools(config, settings.tools, warn or _to_stderr)
+    check_tools(config, settings.tools, warn or _to_stderr, teacher_tools=settings.teacher_tools)
 
 
 def _to_stderr(line: str) -> None:

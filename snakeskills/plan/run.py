@@ -40,7 +40,8 @@ class Plan:
         self.models = [self.base_model, *self.tuned_models]
         self.benchmarks = list(config["benchmarks"])
         self.trainings = {method: TrainingPlan(config, layout, method) for method in self.methods}
-        self.teacher = TeacherPlan(config["teacher"]) if config["teacher"] is not None else None
+        teacher = config["teacher"]
+        self.teacher = TeacherPlan(teacher, settings.teacher_tools) if teacher is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
         self.tools = ToolsPlan(settings.tools, self.base_model) if settings.tools is not None else None
         if self.tools is not None and self.tools.section.chat:  # the rounds' prompts offer the tools as functions

@@ -204,7 +204,7 @@ def check_tags(tags: dict[str, tuple[str, Tags]], stops: dict[str, str]) -> None
                 )
 
 
-def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) -> None:
+def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None], *, teacher_tools: bool = False) -> None:
     """The one check of the tools section and of the keys that need it: tools that exist (a user's imports), names
     and prices that fit (``check_tools_plan``), tags the loop can read (``check_tags``: no stop string cuts them,
     output tags apart from call tags, each tool's own) and that reach it as text, a sampler that can run the tools
@@ -226,11 +226,10 @@ def check_tools(config: dict, tools: Tools | None, warn: Callable[[str], None]) 
     if tools.tool is not None:
         check_tool(tools, "tools.tool")
     prompts = student_prompts(config)
-    teacher = config["teacher"]
-    if teacher is not None and teacher["tools"]:
-        prompts["teacher.prompt"] = resolve_prompt(teacher["prompt"], "teacher.prompt")
+    if teacher_tools:  # the teacher answers with the tools too
+        prompts["teacher.prompt"] = resolve_prompt(config["teacher"]["prompt"], "teacher.prompt")
     if tools.chat:
-        check_chat_format(config, plan, prompts)
+        check_chat_format(config, plan, prompts, teacher_tools)
     elif tools.chat_template is not None:
         raise SnakeskillsError(
             "config key tools.chat_template: the template is for tools.format: chat_template (calls through the chat "
@@ -265,7 +264,7 @@ def _check_tag_format(config: dict, plan: ToolsPlan, prompts: dict, warn: Callab
         warn(line)
 
 
-def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
+def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict, teacher_tools: bool = False) -> None:
     """``tools.format: chat_template``: prompts rendered by a chat template (``prompts``: those of the models that
     call tools), no tiny-model bootstrap in tags, the functions and the template (``ToolsPlan.training_section``), and
     the template on the tokenizer of each model that calls tools (the student; the teacher with teacher.tools):
@@ -283,9 +282,8 @@ def check_chat_format(config: dict, plan: ToolsPlan, prompts: dict) -> None:
             "chat_template set it to 0 (or use tags)"
         )
     _check_chat_caller(config, plan, "generation", config["model"], "model")
-    teacher = config["teacher"]
-    if teacher is not None and teacher["tools"]:
-        _check_chat_caller(config, plan, "teacher.generation", teacher["model"], "teacher")
+    if teacher_tools:
+        _check_chat_caller(config, plan, "teacher.generation", config["teacher"]["model"], "teacher")
 
 
 def _check_chat_caller(config: dict, plan: ToolsPlan, key: str, model: dict, role: str) -> None:

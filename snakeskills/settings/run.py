@@ -20,6 +20,8 @@ class RunSettings:
     # every generation section by its config key: the student's, the LLM judge's, the teacher's, a synthesis
     # writer's, each model tool's
     generations: dict[str, Generation]
+    # the teacher answers with the run's tools (teacher.tools)
+    teacher_tools: bool = False
 
     @property
     def model_tools(self) -> dict:
@@ -45,4 +47,5 @@ class RunSettings:
             training=TrainingRun.from_dict(config["training"], "training"),
             tools=tools,
             generations=generations,
+            teacher_tools=config["teacher"] is not None and config["teacher"]["tools"],
         )
