@@ -147,8 +147,9 @@ def write_comparison(
     benchmark_judges=None,
     cost_references=(),
 ) -> str:
-    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each tuned
-    model's paired comparison against its base under ``"<benchmark>/paired_gain"`` and every problem's flip in
+    """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each model's
+    paired comparison against the base model (the teacher's lead too) under ``"<benchmark>/paired_gain"`` and every
+    problem's flip in
     ``flips_path`` (``problem_paths``: each run's problems.jsonl). The table ends with the synthesis funnel
     (``funnel_paths``) and the run's warnings: bootstraps below target (``built_models``: checkpoint folders) and,
     given ``thresholds`` (config ``warnings``), the rest of ``gather_warnings`` (``sft_stats``: {round: stats.json};
@@ -168,8 +169,8 @@ def write_comparison(
         entries.update((key, value) for key, value in metrics.items() if is_named_metric(key))
         problems[model, benchmark] = problems_path
     flips = [list(FLIPS_HEADER)]
-    for model, benchmark in runs:
-        if model in (base_model, teacher):
+    for model, benchmark in runs:  # the tuned rounds, the baselines, the teacher (its lead), the models as tools
+        if model == base_model:
             continue
         entry, rows = compare_paired(
             model, base_model, benchmark, problems[base_model, benchmark], problems[model, benchmark]

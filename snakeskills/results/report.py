@@ -116,7 +116,7 @@ def plot_pass_at_1(summary: dict, output_path: str | Path, metric: str = METRIC)
 
 
 def gain_points(summary: dict) -> list[tuple[str, str, dict]]:
-    """(model, benchmark, paired entry) of every tuned model's comparison with its base model."""
+    """(model, benchmark, paired entry) of every model's comparison with the base model (a teacher's too)."""
     suffix = f"/{PAIRED_GAIN}"
     return [
         (model, key.removesuffix(suffix), entry)
