@@ -1,18 +1,20 @@
 """GRPO's rollouts: the project's decoding loop (grpo.rollouts hf) against TRL's own generate (grpo.rollouts trl).
 
 Usage: python bench/grpo.py [--steps 6] [--repeats 2] [--problems 64] [--max-new-tokens 48]
-       [--output bench/results/grpo-<device>.json]
+       [--variants hf trl trl-stock] [--output bench/results/grpo-<device>.json]
 
-The same GRPO run both ways, through the product's own path (``snakeskills.training.rounds.train_round``, as the grpo
-rule calls it): SmolLM2-135M-Instruct (the packaged real model, converted once per machine), a LoRA r 16 / alpha 32 on
-all linear layers, chat-template prompts of 2-digit additions (the generic-math prompt), 4 completions of up to
-``--max-new-tokens`` tokens per problem, 16 completions a step, temperature 1, the arithmetic judge's reward; only
-grpo.rollouts differs between ``hf`` and ``trl``; ``trl-stock`` is ``trl`` with TRL's own forwards (GRPO as TRL runs
-it). Each run is its own process and the variants alternate (hf, trl, trl-stock, hf, ...), so load on the machine hits
-all alike. Reported per run: seconds per step and completions per second of the trainer (its
-train_runtime: sampling, reference and policy forwards, backward, judge; not the model load), and the mean reward of
-each step; per variant the median; the ratios of hf over the others.
-"""
+The same GRPO run both ways, through the product's own path (``snakeskills.training.rounds.train_round``, as the
+grpo rule calls it): SmolLM2-135M-Instruct (the packaged real model, converted once per machine), a LoRA r 16 /
+alpha 32 on all linear layers, chat-template prompts of 2-digit additions (the generic-math prompt), 4 completions
+of up to ``--max-new-tokens`` tokens per problem, 16 completions a step, temperature 1, the arithmetic judge's
+reward; only grpo.rollouts differs between ``hf`` and ``trl``; ``trl-stock`` is ``trl`` with TRL's own forwards
+(GRPO as TRL runs it). ``hf-steps2`` is ``hf`` with grpo.steps_per_generation 2 (one sampling of 32 completions
+serves two steps), ``hf-iterations2`` with grpo.num_iterations 2 (each sampled batch trains two steps): what reusing
+a sampling saves (``--variants hf hf-steps2 hf-iterations2``). Each run is its own process and the variants
+alternate (hf, trl, trl-stock, hf, ...), so load on the machine hits all alike. Reported per run: seconds per step
+and completions per second of the trainer (its train_runtime: sampling, reference and policy forwards, backward,
+judge; not the model load), and the mean reward of each step; per variant the median; the ratios of hf over the
+others."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 # grpo.rollouts, and trl-stock: TRL's generate and TRL's own forwards (each prompt of a group computed again, every
 # position projected onto the vocabulary on a CPU), GRPO as TRL runs it
 VARIANTS = ("hf", "trl", "trl-stock")
+# grpo.rollouts hf with a sampling reused: its grpo options
+REUSE = {"hf-steps2": {"steps_per_generation": 2}, "hf-iterations2": {"num_iterations": 2}}
 # SmolLM2 seldom writes \boxed{}: its reward reads a number as the shipped SmolLM2 examples' judge.regex does
 EXAMPLES_REGEX = r"(-?\d+)"
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
@@ -92,10 +96,11 @@ def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
         "rewards": {"correct": 1.0, "answer_format": 0.0, "length": 0.0},
         "judges": {"arithmetic": {**benchmark_judge(config, "arithmetic"), "regex": EXAMPLES_REGEX}},
         "reasoning": {"parse_reasoning": False, "end_reasoning_string": "</think>"},
-        "rollouts": variant.removesuffix("-stock"),
+        "rollouts": "hf" if variant in REUSE else variant.removesuffix("-stock"),
         "steps_per_generation": None,
         "num_iterations": 1,
         "vllm_mode": None,
+        **REUSE.get(variant, {}),
     }
     if variant == "trl-stock":
         stock_trainer()
@@ -140,8 +145,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--problems", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--variants", nargs="+", choices=[*VARIANTS, *REUSE], default=list(VARIANTS))
     parser.add_argument("--output", type=Path)
-    parser.add_argument("--one", choices=VARIANTS, help=argparse.SUPPRESS)  # the child run
+    parser.add_argument("--one", choices=[*VARIANTS, *REUSE], help=argparse.SUPPRESS)  # the child run
     parser.add_argument("--data", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.one:
@@ -149,12 +155,13 @@ def main() -> None:
         return
 
     output = arguments.output or REPO / "bench" / "results" / "grpo-cpu.json"
-    runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
+    variants = arguments.variants
+    runs: dict[str, list[dict]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-grpo-data-") as scratch:
         data = Path(scratch) / "problems.jsonl"
         write_problems(data, arguments.problems)
         for _ in range(arguments.repeats):
-            for variant in VARIANTS:
+            for variant in variants:
                 command = [sys.executable, __file__, "--one", variant, "--data", str(data)]
                 command += ["--steps", str(arguments.steps), "--max-new-tokens", str(arguments.max_new_tokens)]
                 environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
@@ -168,7 +175,7 @@ def main() -> None:
             key: statistics.median(run[key] for run in runs[variant])
             for key in ("seconds_per_step", "completions_per_second", "mean_reward")
         }
-        for variant in VARIANTS
+        for variant in variants
     }
     result = {
         "device": f"cpu ({len(os.sched_getaffinity(0))} cores)",
@@ -179,14 +186,15 @@ def main() -> None:
         "lora": LORA,
         "runs": runs,
         "medians": medians,
+        # the first variant's completions/s over each other's
         "completions_per_second_over": {
-            other: round(medians["hf"]["completions_per_second"] / medians[other]["completions_per_second"], 2)
-            for other in VARIANTS[1:]
+            other: round(medians[variants[0]]["completions_per_second"] / medians[other]["completions_per_second"], 2)
+            for other in variants[1:]
         },
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"medians": medians, "hf_over": result["completions_per_second_over"]}))
+    print(json.dumps({"medians": medians, f"over_{variants[0]}": result["completions_per_second_over"]}))
 
 
 if __name__ == "__main__":
