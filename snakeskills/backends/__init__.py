@@ -153,7 +153,5 @@ def build_request(backend, prompt: dict, record: dict, seed: int) -> GenerationR
     if backend.takes == "token_ids":
         return GenerationRequest(seed=seed, prompt_token_ids=tuple(model_input_ids(prompt, record, backend.tokenizer)))
     if backend.takes == "messages":
-        # with tools through the chat template, the server renders the functions (its tools= parameter)
-        functions = tuple(prompt["functions"]) if prompt.get("functions") else None
-        return GenerationRequest(seed=seed, messages=tuple(build_messages(prompt, record)), functions=functions)
+        return GenerationRequest(seed=seed, messages=tuple(build_messages(prompt, record)))
     return GenerationRequest(seed=seed, prompt=format_prompt(prompt, record, backend.tokenizer))

@@ -221,7 +221,8 @@ class ToolLoop:
         self.ids = bool(getattr(backend, "keep_tokens", False))
         self.chat = None
         # a chat API's server renders the template and reads the calls (its tool parser); the loop sends the messages
-        self.server_calls = use.chat and getattr(backend, "reads_tool_calls", False)
+        # with the functions (``GenerationRequest.functions``)
+        self.server_parses_calls = use.chat and getattr(backend, "reads_tool_calls", False)
         if use.chat:
             from snakeskills.tools.chat_turns import ChatTurns
 
@@ -270,7 +271,7 @@ class ToolLoop:
             if self.chat is not None:  # a turn's function calls, run in order
                 called = [function.message() for function in call if function.problem is None]
                 row.conversation.append({"role": "assistant", "content": row.turn_content, "tool_calls": called})
-                if self.server_calls:
+                if self.server_parses_calls:
                     self._api_turn(row, call)
                 for function in call:
                     tool = self._function_tool(function)
@@ -353,7 +354,7 @@ class ToolLoop:
         tool's tags); with the chat template, the function calls of a turn that ended with its end-of-turn token
         (None: no call, the sample's answer)."""
         if self.chat is not None:
-            if self.server_calls:
+            if self.server_parses_calls:
                 return row.server_calls or None
             if self.ids and not row.eos_left_out:  # a stop string ended the turn: the sample ends
                 return None
@@ -406,12 +407,12 @@ class ToolLoop:
 
     def _turn_request(self, row: _Row, sampling: SamplingParams) -> GenerationRequest:
         request = row.request
-        if self.server_calls:  # the functions offered, and after a call the conversation so far
+        if self.server_parses_calls:  # the functions offered, and after a call the conversation so far
             request = dataclasses.replace(request, functions=tuple(self.chat.functions))
         if row.turns == 0:
             return request
         seed, budget = turn_seed(request.seed, row.turns), sampling.max_new_tokens - row.tokens
-        if self.server_calls:
+        if self.server_parses_calls:
             messages = (*request.messages, *row.api_messages)
             return dataclasses.replace(request, seed=seed, messages=messages, max_new_tokens=budget)
         if request.prompt_token_ids is not None:
@@ -449,7 +450,7 @@ class ToolLoop:
             row.reasoning.append(turn.reasoning_content)
         if turn.finish_reason == "error":  # a soft failure: the row ends with what it has
             return
-        if self.server_calls:
+        if self.server_parses_calls:
             self._absorb_server_turn(row, turn)
             return
         if turn.token_ids is not None and (row.token_ids is not None or row.turns == 1):
@@ -597,7 +598,7 @@ class ToolLoop:
             for function, outcome in zip(functions, outcomes, strict=True)
         ]
         row.conversation += messages
-        if self.server_calls:  # each answers the call of its place, by the id the assistant message gave it
+        if self.server_parses_calls:  # each answers the call of its place, by the id the assistant message gave it
             calls = row.api_messages[-1]["tool_calls"]
             for message, sent in zip(messages, calls, strict=True):
                 row.api_messages.append({**message, "tool_call_id": sent["id"]})

@@ -224,8 +224,8 @@ class PythonSession(ToolSession):
 
 class UserToolSession(ToolSession):
     """A sample's session with a user's ``module:function``: each call one sandboxed run; it keeps nothing. A
-    function of one parameter takes the call's text; one of several (``parameter_names``) takes them as keywords,
-    from the call's text read as a JSON object (what a chat template's call passes)."""
+    function of several parameters (``parameter_names``) takes them as keywords, from the call's text read as a JSON
+    object (what a chat template's call passes); any other (one parameter, ``*args``) takes the call's text."""
 
     def __init__(self, settings: Tools, key: str = "tools.tool") -> None:
         from snakeskills.registry import load_user_function
@@ -233,11 +233,11 @@ class UserToolSession(ToolSession):
         super().__init__(settings)
         self.module, _, self.function = settings.tool.partition(":")
         self.files = module_files(self.module, key)
-        self.parameters = parameter_names(load_user_function(settings.tool, key))
+        self.keywords = len(parameter_names(load_user_function(settings.tool, key))) > 1
 
     def run(self, text: str) -> Ran:
         request = {"files": self.files, "module": self.module, "function": self.function, "text": text}
-        if len(self.parameters) != 1:
+        if self.keywords:
             arguments, problem = keyword_arguments(text, self.function)
             if problem is not None:
                 return Ran(f"Error: {problem}", error=True)
@@ -246,10 +246,10 @@ class UserToolSession(ToolSession):
 
 
 def parameter_names(function) -> list[str]:
-    """The parameters a call of ``function`` may name (those given by position or keyword, or by keyword only)."""
+    """The named parameters of ``function`` (not ``*args`` or ``**kwargs``)."""
     import inspect
 
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [name for name, p in inspect.signature(function).parameters.items() if p.kind in kinds]
 
 

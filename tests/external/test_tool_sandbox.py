@@ -191,7 +191,10 @@ def test_a_user_tool_of_several_parameters_takes_a_calls_arguments_as_keywords(t
     """A function of several parameters (offered through a chat template with all of them) runs in the sandbox with
     the call's JSON object as its keyword arguments; text that is not an object is an error the model reads."""
     module = user_tool(
-        tmp_path, monkeypatch, "def convert(amount, unit='km', to='mi'):\n    return f'{amount} {unit} -> {to}'\n"
+        tmp_path,
+        monkeypatch,
+        "def convert(amount, unit='km', to='mi'):\n    return f'{amount} {unit} -> {to}'\n\n"
+        "def first(*parts):\n    return parts[0]\n\ndef only(text, /):\n    return text\n",
     )
     settings = tool_settings(f"{module}:convert", timeout_seconds=5)
     check_tool(settings)
@@ -201,3 +204,5 @@ def test_a_user_tool_of_several_parameters_takes_a_calls_arguments_as_keywords(t
     assert wrong.error and wrong.output.startswith("Error: convert takes its arguments as a JSON object (")
     unknown = call(session, '{"amount": 1, "speed": 2}')
     assert unknown.error and "TypeError" in unknown.output and "speed" in unknown.output
+    for spec in ("first", "only"):  # *args, or one parameter by position only: the call's text
+        assert call(new_session(tool_settings(f"{module}:{spec}")), '{"a": 1}').output == '{"a": 1}'
