@@ -45,6 +45,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "python", "calculator")
+# hf only: the same tools with every later turn sent whole through the backend's generate (no cache kept across a
+# call: how the loop ran before ``hf_turns``), side by side in the same run
+WHOLE_TURNS = ("python-whole-turns", "calculator-whole-turns")
 STOP = ("\n\nProblem:",)
 TEMPERATURE = 0.7
 SYSTEM = (
@@ -93,11 +96,14 @@ def build_workload(model_path: str, prompts: int) -> dict:
 
 
 class CountingBackend:
-    """The backend as the loop sees it, counting its generate calls, their rows and their time."""
+    """The backend as the loop sees it, counting its generate calls, their rows and their time (``whole_turns``: the
+    loop sends every turn through them, keeping no cache across a call)."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, whole_turns: bool = False):
         self.backend = backend
         self.calls, self.rows, self.seconds, self.turns = 0, 0, 0.0, []
+        if whole_turns:
+            self.keeps_turn_caches = False
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
@@ -117,6 +123,25 @@ class CountingBackend:
         self.rows += len(requests)
         self.turns.append([len(requests), sum(result.num_generated_tokens for result in results), round(seconds, 2)])
         return results
+
+
+class MeasuredLoop:
+    """``ToolLoop`` remembering its last ``TurnEngine`` (hf with kept caches), whose counts a run reports."""
+
+    def __init__(self, backend, use):
+        from snakeskills.tools.loop import ToolLoop
+
+        self.loop, self.turn_engine = ToolLoop(backend, use), None
+        made = self.loop._turn_engine
+
+        def remembered(*arguments):
+            self.turn_engine = made(*arguments)
+            return self.turn_engine
+
+        self.loop._turn_engine = remembered
+
+    def generate(self, requests, sampling):
+        return self.loop.generate(requests, sampling)
 
 
 def build_backend(name: str, model_path: str, threads: int, batch_size: int):
@@ -172,7 +197,7 @@ def run_backend(arguments) -> None:
     from snakeskills.backends import GenerationRequest, SamplingParams
     from snakeskills.judging.judge import judged_text
     from snakeskills.settings.tools import Tools
-    from snakeskills.tools.loop import ToolLoop, tool_use
+    from snakeskills.tools.loop import tool_use
 
     workload = json.loads(Path(arguments.workload_file).read_text())
     started = time.perf_counter()
@@ -180,9 +205,14 @@ def run_backend(arguments) -> None:
         build_backend(arguments.backend, arguments.model, arguments.threads, len(workload["prompt_token_ids"]))
     )
     load_s = time.perf_counter() - started
-    engines = {"none": counting}
+    whole = CountingBackend(counting.backend, whole_turns=True)
+    engines = {"none": (counting, counting)}
     for tool in ("python", "calculator"):
-        engines[tool] = ToolLoop(counting, tool_use(Tools.filled(tool_section(tool), "tools")))
+        use = tool_use(Tools.filled(tool_section(tool), "tools"))
+        engines[tool] = (MeasuredLoop(counting, use), counting)
+        if arguments.backend == "hf":
+            engines[f"{tool}-whole-turns"] = (MeasuredLoop(whole, use), whole)
+    modes = [mode for mode in (*MODES, *WHOLE_TURNS) if mode in engines]
     requests = [
         GenerationRequest(seed=seed, prompt_token_ids=tuple(ids))
         for seed, ids in enumerate(workload["prompt_token_ids"])
@@ -192,9 +222,10 @@ def run_backend(arguments) -> None:
     )
 
     def run(mode: str, rows) -> dict:
-        counting.calls, counting.rows, counting.seconds, counting.turns = 0, 0, 0.0, []
+        engine, counted = engines[mode]
+        counted.calls, counted.rows, counted.seconds, counted.turns = 0, 0, 0.0, []
         start = time.perf_counter()
-        results = engines[mode].generate(rows, sampling)
+        results = engine.generate(rows, sampling)
         seconds = time.perf_counter() - start
         tokens = sum(result.num_generated_tokens for result in results)
         stats = [result.tools or {} for result in results]
@@ -215,26 +246,31 @@ def run_backend(arguments) -> None:
             "tool_errors": sum(stat.get("tool_errors", 0) for stat in stats),
             "share_calling": round(sum(stat.get("code_rounds_executed", 0) > 0 for stat in stats) / len(rows), 3),
             "accuracy": round(correct / len(rows), 3),
-            "backend_calls": counting.calls,
-            "mean_turn_batch": round(counting.rows / counting.calls, 1),
-            "backend_seconds": round(counting.seconds, 2),
-            "backend_turns": counting.turns,  # per call of the backend: rows, tokens generated, seconds
+            "backend_calls": counted.calls,
+            "mean_turn_batch": round(counted.rows / counted.calls, 1) if counted.calls else None,
+            "backend_seconds": round(counted.seconds, 2),
+            "backend_turns": counted.turns,  # per call of the backend: rows, tokens generated, seconds
         }
+        turns = getattr(engine, "turn_engine", None)  # hf's kept caches: decoding steps, ids through the model
+        if turns is not None:
+            figures["decoding_steps"] = turns.steps_taken
+            figures["prompt_pass_tokens"] = turns.prefilled_tokens
+            figures["kept_cache_tokens"] = turns.reused_tokens
         print(f"{arguments.backend} {mode}: {json.dumps(figures)}", file=sys.stderr, flush=True)
         samples.setdefault(mode, results[0].generation)
         return figures
 
     samples: dict = {}
     warm = requests[: min(4, len(requests))]
-    for mode in MODES:  # untimed: imports, the sandbox's first start, vLLM's first shapes
+    for mode in modes:  # untimed: imports, the sandbox's first start, vLLM's first shapes
         run(mode, warm)
     samples.clear()
-    runs: dict = {mode: [] for mode in MODES}
+    runs: dict = {mode: [] for mode in modes}
     for _ in range(arguments.repeats):
-        for mode in MODES:
+        for mode in modes:
             runs[mode].append(run(mode, requests))
     report = {"load_s": round(load_s, 1), "modes": {}}
-    for mode in MODES:
+    for mode in modes:
         median = {
             key: statistics.median(run[key] for run in runs[mode])
             for key in ("seconds", "model_tokens_per_s", "calls_per_s")
@@ -247,7 +283,7 @@ def run_backend(arguments) -> None:
             "sample": samples[mode],
         }
     none = report["modes"]["none"]["median_model_tokens_per_s"]
-    for mode in MODES:
+    for mode in modes:
         report["modes"][mode]["ratio_to_none"] = round(report["modes"][mode]["median_model_tokens_per_s"] / none, 3)
     print("REPORT " + json.dumps(report), flush=True)
 

@@ -76,8 +76,9 @@ def _mix32(values):
     return values ^ (values >> 16)
 
 
-def row_keys(seeds, step: int):
-    """One 32-bit key per row for one decoding step: a hash of the row's 63-bit seed and the step."""
+def row_keys(seeds, step):
+    """One 32-bit key per row for one decoding step: a hash of the row's 63-bit seed and the step (an int, or an
+    int64 tensor of one step per row: rows at different steps of their turns, ``hf_turns``)."""
     high, low = (seeds >> 32) & MASK32, seeds & MASK32
     return _mix32(_mix32(_mix32(high ^ 0x2545F491) ^ low) ^ (step & MASK32))
 
@@ -88,7 +89,7 @@ def _as_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def counter_bits(seeds, step: int, token_ids):
+def counter_bits(seeds, step, token_ids):
     """23 random bits per (row, token) at one step: a hash of (row seed, step, token id), on the seeds' device.
 
     The row's key (``row_keys``, exact int64 arithmetic, one value per row) is mixed with each token id in
@@ -107,7 +108,7 @@ def counter_bits(seeds, step: int, token_ids):
     return (bits >> 9).bitwise_and_(0x7FFFFF)
 
 
-def counter_gumbel(seeds, step: int, token_ids):
+def counter_gumbel(seeds, step, token_ids):
     """Gumbel noise for (row, token) pairs at one step: a pure function of (row seed, step, token id).
 
     ``seeds`` is an int64 tensor of non-negative 63-bit seeds on the model's device, one per row;
@@ -121,7 +122,7 @@ def counter_gumbel(seeds, step: int, token_ids):
     return uniform.log_().neg_().log_().neg_()
 
 
-def draw_tokens(logits, seeds, step: int, sampling: SamplingParams):
+def draw_tokens(logits, seeds, step, sampling: SamplingParams):
     """Each row's next token: temperature, top-k, top-p, then a seeded Gumbel-max draw, on the logits' device.
 
     Row i's token at step t is the argmax over candidates v of ``logits[v] / temperature + counter_gumbel(seed_i, t,
@@ -319,7 +320,7 @@ class HFBackend:
             trust_remote_code=trust_remote_code,
         )
         self._use(model, tokenizer, model_path=model_path, adapter_path=adapter_path, batch_size=batch_size)
-        self.share_prefix = share_prefix and not has_sliding_window_layers(self.model.config)
+        self.share_prefix = share_prefix and not self.sliding_window
         if share_prefix and not self.share_prefix:
             logger.info("generation.share_prefix: off for %s (sliding-window attention layers)", model_path)
         # compile: a static KV cache and a torch.compile'd decoding step (CUDA graphs on a GPU)
@@ -332,6 +333,8 @@ class HFBackend:
                     "leave it; set generation.compile: false for this model"
                 )
             self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
+        # a tool loop's rows keep their KV cache across a call (``hf_turns``): a dynamic cache, no attention window
+        self.keeps_turn_caches = not compile and not self.sliding_window
         adapter = f" + adapter {adapter_path}" if adapter_path else ""
         dtype = str(self.model.dtype).removeprefix("torch.")
         # what a job's log says of the model it generates with (a shared server's jobs log it too)
@@ -345,13 +348,16 @@ class HFBackend:
         log-probabilities (``keep_tokens``). The caller puts the model in eval mode while it generates."""
         backend = cls.__new__(cls)
         backend._use(model, tokenizer, model_path=model.name_or_path, adapter_path=None, batch_size=batch_size)
-        backend.share_prefix = share_prefix and not has_sliding_window_layers(model.config)
+        backend.share_prefix = share_prefix and not backend.sliding_window
         backend.keep_tokens = True
+        backend.keeps_turn_caches = not backend.sliding_window
         backend.loaded = f"model {model.name_or_path} in memory on {backend.device}"
         return backend
 
     # whether results carry their token ids and log-probabilities (GenerationResult.token_ids, .logprobs)
     keep_tokens = False
+    # whether the tool loop decodes through ``hf_turns.TurnEngine`` (rows keep their KV cache across a tool call)
+    keeps_turn_caches = False
 
     def _use(self, model, tokenizer, *, model_path: str, adapter_path: str | None, batch_size: int) -> None:
         """Generate with this model and tokenizer (loaded by ``__init__``, or given to ``around``)."""
@@ -370,6 +376,7 @@ class HFBackend:
         self._cache_keyword = cache_keyword(self.model)
         self.context_length = context_length(self.model, self.tokenizer)
         self._compiled_step = None
+        self.sliding_window = has_sliding_window_layers(self.model.config)
         self._stop_criteria: dict[tuple[str, ...], object] = {}
 
     def generate(
@@ -534,22 +541,9 @@ class HFBackend:
             positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
             next_positions = positions[:, -1:] + 1
             static = self._compiled_step is not None
-            distinct, copies = distinct_rows(input_ids)
-            if len(distinct) < batch:  # a prompt several rows share (GRPO's group) goes through the model once
-                logits, cache = self._prefill(
-                    input_ids[distinct],
-                    (attention if static else attention_mask)[distinct],
-                    positions[distinct],
-                    cache,
-                    prefix_length if len(distinct) > 1 else 0,
-                    cache_length,
-                )
-                copies = torch.tensor(copies, device=self.device)
-                logits, cache = logits[copies], self._kept_rows(cache, copies, cache_length)
-            else:
-                logits, cache = self._prefill(
-                    input_ids, attention if static else attention_mask, positions, cache, prefix_length, cache_length
-                )
+            logits, cache = self.prompts_pass(
+                input_ids, attention if static else attention_mask, positions, cache, prefix_length, cache_length
+            )
             for step in range(max_new_tokens):
                 tokens = draw_tokens(logits, seeds_tensor, step, sampling)
                 if token_logprobs is not None:
@@ -644,6 +638,26 @@ class HFBackend:
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         return smaller
+
+    def prompts_pass(self, input_ids, attention_mask, positions, cache, prefix_length: int, cache_length: int = 0):
+        """A batch's prompts through the model (``_prefill``): each row's first next-token logits and the cache filled
+        with the prompts. A prompt several rows share (GRPO's group) goes through the model once, its keys, values
+        and logits copied to each of them."""
+        import torch
+
+        distinct, copies = distinct_rows(input_ids)
+        if len(distinct) == input_ids.shape[0]:
+            return self._prefill(input_ids, attention_mask, positions, cache, prefix_length, cache_length)
+        logits, cache = self._prefill(
+            input_ids[distinct],
+            attention_mask[distinct],
+            positions[distinct],
+            cache,
+            prefix_length if len(distinct) > 1 else 0,
+            cache_length,
+        )
+        copies = torch.tensor(copies, device=self.device)
+        return logits[copies], self._kept_rows(cache, copies, cache_length)
 
     def _prefill(self, input_ids, attention_mask, positions, cache, prefix_length: int, cache_length: int):
         """The prompts' pass: each row's first next-token logits, and the cache filled with the prompts.

@@ -257,11 +257,14 @@ class ToolLoop:
         calls: dict = {}
         per_call = getattr(self.backend, "batch_size", None) or max(len(rows), 1)
         steps = {"on_step": on_step} if on_step is not None and self.reports_steps else {}
+        engine = self._turn_engine(sampling, steps.get("on_step"))
 
         def finish(index: int, finish_reason: str, error: str | None = None) -> None:
             row = rows[index]
             for session in row.sessions.values():
                 session.close()
+            if engine is not None:
+                engine.release(index)
             results[index] = self._result(row, finish_reason, error, sampling)
             if on_results is not None:
                 on_results([results[index]])
@@ -283,6 +286,29 @@ class ToolLoop:
                 row.sessions[call.tool] = self.tools[call.tool].start(row.request.seed)
             calls[pool.submit(row.sessions[call.tool].call, call.text)] = (index, call)
 
+        def take_turn(index: int, turn: GenerationResult) -> None:
+            """A turn's end: the row's answer, its call (to a tool worker), or a call past ``max_calls``."""
+            row = rows[index]
+            self._absorb(row, turn)
+            pending = self._pending(row) if turn.finish_reason == "stop" else None
+            if turn.finish_reason == "error":
+                finish(index, "error", turn.error)
+            elif pending is None:
+                finish(index, turn.finish_reason)
+            elif row.calls + (len(pending) if self.chat is not None else 1) > self.use.max_calls:
+                row.over_limit = True
+                finish(index, "stop")
+            else:
+                submit(index, pending)
+
+        def next_turn(index: int) -> GenerationRequest | None:
+            """The row's next turn, or None where a tool's output filled the model's context (the row ends)."""
+            turn_request = self._turn_request(rows[index], sampling)
+            if turn_request.budget(sampling) <= 0:
+                finish(index, "length")
+                return None
+            return turn_request
+
         with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
             if self.use.first_call is not None:  # the always-ask baseline: each sample's first turn is a call
                 ready.clear()
@@ -293,35 +319,31 @@ class ToolLoop:
                         finish(index, "stop")
                     else:
                         submit(index, call)
-            while ready or calls:
-                if ready:
+            while ready or calls or (engine is not None and engine.busy):
+                if engine is not None:  # one decoding step; rows join and leave the running batch between steps
+                    while ready and engine.room() > 0:
+                        index = ready.popleft()
+                        turn_request = next_turn(index)
+                        if turn_request is not None:
+                            engine.start(index, turn_request)
+                    for index, turn in engine.step():
+                        take_turn(index, turn)
+                elif ready:  # a batch of turns through the backend's generate
                     batch, turn_requests = [], []
                     while ready and len(batch) < per_call:
                         index = ready.popleft()
-                        turn_request = self._turn_request(rows[index], sampling)
-                        if turn_request.budget(sampling) <= 0:  # the tool's output filled the model's context
-                            finish(index, "length")
-                            continue
-                        batch.append(index)
-                        turn_requests.append(turn_request)
+                        turn_request = next_turn(index)
+                        if turn_request is not None:
+                            batch.append(index)
+                            turn_requests.append(turn_request)
                     if not batch:
                         continue
                     turns = self.backend.generate(turn_requests, sampling, **steps)
                     for index, turn in zip(batch, turns, strict=True):
-                        row = rows[index]
-                        self._absorb(row, turn)
-                        pending = self._pending(row) if turn.finish_reason == "stop" else None
-                        if turn.finish_reason == "error":
-                            finish(index, "error", turn.error)
-                        elif pending is None:
-                            finish(index, turn.finish_reason)
-                        elif row.calls + (len(pending) if self.chat is not None else 1) > self.use.max_calls:
-                            row.over_limit = True
-                            finish(index, "stop")
-                        else:
-                            submit(index, pending)
+                        take_turn(index, turn)
+                decoding = engine is not None and engine.busy
                 done = [future for future in calls if future.done()]
-                if not ready and not done and calls:
+                if not ready and not done and calls and not decoding:
                     done = list(wait(calls, return_when=FIRST_COMPLETED).done)
                 for future in done:
                     index, call = calls.pop(future)
@@ -332,9 +354,21 @@ class ToolLoop:
                         self._append_output(row, call, future.result())
                     if row.tokens >= sampling.max_new_tokens:
                         finish(index, "length")
+                    elif engine is not None:  # before new rows: its kept cache is waiting
+                        ready.appendleft(index)
                     else:
                         ready.append(index)
         return results
+
+    def _turn_engine(self, sampling: SamplingParams, on_step):
+        """Where the backend is hf's own decoding loop and the loop keeps exact ids: its ``TurnEngine``, in which a
+        row keeps its KV cache across a call and joins the running batch when its output is appended (none: turns
+        are batched through the backend's ``generate``, each later one with its whole context)."""
+        if not (self.ids and getattr(self.backend, "keeps_turn_caches", False)) or self.server_parses_calls:
+            return None
+        from snakeskills.backends.hf_turns import TurnEngine
+
+        return TurnEngine(self.backend, sampling, on_step)
 
     # ids and text
 
