@@ -1,7 +1,7 @@
 """GRPO's rollouts: the project's decoding loop (grpo.rollouts hf) against TRL's own generate (grpo.rollouts trl).
 
 Usage: python bench/grpo.py [--steps 6] [--repeats 2] [--problems 64] [--max-new-tokens 48]
-       [--variants hf trl trl-stock] [--output bench/results/grpo-<device>.json]
+       [--variants hf trl trl-stock] [--device cpu|cuda] [--output bench/results/grpo-<device>.json]
 
 The same GRPO run both ways, through the product's own path (``snakeskills.training.rounds.train_round``, as the
 grpo rule calls it): SmolLM2-135M-Instruct (the packaged real model, converted once per machine), a LoRA r 16 /
@@ -41,6 +41,14 @@ REUSE = {"hf-steps2": {"steps_per_generation": 2}, "hf-iterations2": {"num_itera
 EXAMPLES_REGEX = r"(-?\d+)"
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 GROUP, BATCH = 4, 16
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    return f"cpu ({len(os.sched_getaffinity(0))} cores)"
 
 
 def write_problems(path: Path, count: int) -> None:
@@ -147,6 +155,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--variants", nargs="+", choices=[*VARIANTS, *REUSE], default=list(VARIANTS))
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: train and sample on the GPU")
     parser.add_argument("--one", choices=[*VARIANTS, *REUSE], help=argparse.SUPPRESS)  # the child run
     parser.add_argument("--data", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -154,7 +163,7 @@ def main() -> None:
         print(json.dumps(train_one(arguments.one, arguments.data, arguments.steps, arguments.max_new_tokens)))
         return
 
-    output = arguments.output or REPO / "bench" / "results" / "grpo-cpu.json"
+    output = arguments.output or REPO / "bench" / "results" / f"grpo-{arguments.device}.json"
     variants = arguments.variants
     runs: dict[str, list[dict]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-grpo-data-") as scratch:
@@ -164,7 +173,9 @@ def main() -> None:
             for variant in variants:
                 command = [sys.executable, __file__, "--one", variant, "--data", str(data)]
                 command += ["--steps", str(arguments.steps), "--max-new-tokens", str(arguments.max_new_tokens)]
-                environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
+                environment = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"}
+                if arguments.device == "cpu":  # the trainer and the rollouts take a GPU wherever one is visible
+                    environment["CUDA_VISIBLE_DEVICES"] = ""
                 process = subprocess.run(command, capture_output=True, text=True, env=environment)
                 if process.returncode != 0:
                     sys.exit(f"{variant} run failed:\n{process.stderr[-3000:]}")
@@ -178,7 +189,7 @@ def main() -> None:
         for variant in variants
     }
     result = {
-        "device": f"cpu ({len(os.sched_getaffinity(0))} cores)",
+        "device": device_name(arguments.device),
         "model": "SmolLM2-135M-Instruct",
         "steps": arguments.steps,
         "completions_per_step": BATCH,

@@ -1,7 +1,7 @@
 """The cost of tools: the same prompts and sampler generated without tools and through ``ToolLoop`` with the Python
 tool (bubblewrap sandbox) and with the calculator, on SmolLM2-135M-Instruct.
 
-Usage: python bench/tools.py [--backends hf vllm] [--prompts 32] [--max-new-tokens 96] [--repeats 5]
+Usage: python bench/tools.py [--backends hf vllm vllm-no-prefix-caching] [--prompts 32] [--max-new-tokens 96] [--repeats 5]
        [--threads 2] [--output bench/results/tools-cpu.json]
 
 The workload: 2-digit multiplication (synthetic arithmetic, ``*``, operands up to 99), asked in the model's chat
@@ -14,9 +14,12 @@ seed.
 
 Each backend runs in a process of its own on the same prompt token ids (vllm in the environment
 ``python3 -m snakeskills.backends.vllm_env`` creates; left out when that environment is not built yet unless
-``--create-vllm-env``). After an untimed warm-up of each mode, the three modes run alternating (none, python,
-calculator, none, ...; ``--repeats`` times each) so that drift in the machine's load touches all alike; the medians
-count. Per run:
+``--create-vllm-env``; ``vllm-no-prefix-caching`` is vLLM with its prefix caching, on by default, turned off). After
+an untimed warm-up of each mode, the modes run alternating (none, python, calculator, none, ...; ``--repeats`` times
+each) so that drift in the machine's load touches all alike; the medians count. On hf two more modes run beside them:
+``python-whole-turns`` and ``calculator-whole-turns``, the same tools with each later turn sent whole through the
+backend's ``generate`` (no KV cache kept across a call), and the kept-cache modes report their decoding steps and
+the ids that went through the model (``prompt_pass_tokens``) or came from a kept cache (``kept_cache_tokens``). Per run:
 - ``model_tokens_per_s``: the model's own tokens (``num_generated_tokens``: tool outputs do not count) over the
   run's wall time;
 - ``calls_per_s``: tool calls run (``code_rounds_executed``) over the run's wall time;
@@ -45,6 +48,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "python", "calculator")
+# vllm-no-prefix-caching: vLLM with its prefix caching (on by default) turned off, in a process of its own
+BACKENDS = ["hf", "vllm", "vllm-no-prefix-caching"]
 # hf only: the same tools with every later turn sent whole through the backend's generate (no cache kept across a
 # call: how the loop ran before ``hf_turns``), side by side in the same run
 WHOLE_TURNS = ("python-whole-turns", "calculator-whole-turns")
@@ -172,6 +177,7 @@ def build_backend(name: str, model_path: str, threads: int, batch_size: int):
         max_lora_rank=64,
         enforce_eager=False,
         kv_cache_gb=None,
+        enable_prefix_caching=name != "vllm-no-prefix-caching",
     )
 
 
@@ -310,7 +316,7 @@ def vllm_python(create: bool) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=5)

@@ -8,7 +8,9 @@ retrained in place needs a new engine (a new job, or a new server: ``model_serve
 On a CPU the KV cache is sized in GiB (``kv_cache_gb``, default 2; vLLM would read ``gpu_memory_utilization`` as a
 share of RAM); ``dtype: auto`` loads what the hf backend would; threads are not pinned
 (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set); chunked prefill is off (``cpu_scheduling``); CUDA graphs and
-tensor parallelism do not apply."""
+tensor parallelism do not apply. Prefix caching is vLLM's default (on for the models that support it, on a CPU too):
+a tool loop's later turn reuses the cached blocks of its context, as the hf backend keeps a row's cache
+(``hf_turns``)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ class VLLMBackend:
         max_lora_rank: int,
         enforce_eager: bool,
         kv_cache_gb: float | None,
+        enable_prefix_caching: bool | None = None,
     ):
         try:
             from vllm import LLM
@@ -100,13 +103,20 @@ class VLLMBackend:
             max_lora_rank=max_lora_rank,
             enforce_eager=enforce_eager,
             kv_cache_memory_bytes=None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
+            enable_prefix_caching=enable_prefix_caching,
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = self.llm.llm_engine.model_config.max_model_len
         self.lora_request = LoRARequest("adapter", 1, adapter_path) if adapter_path else None
         adapter = f" + adapter {adapter_path}" if adapter_path else ""
         # what a job's log says of the model it generates with (a shared server's jobs log it too)
-        self.loaded = f"model {model_path}{adapter} with vLLM on {'the CPU' if on_cpu else 'GPU'}"
+        # vLLM's prefix caching (on by default for the models that support it, the CPU too): a tool loop's later turn
+        # and a batch's shared prompt opening reuse the cached blocks of the ids they share
+        self.prefix_caching = bool(self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching)
+        caching = "with" if self.prefix_caching else "without"
+        self.loaded = (
+            f"model {model_path}{adapter} with vLLM on {'the CPU' if on_cpu else 'GPU'}, {caching} prefix caching"
+        )
         logger.info("loaded %s", self.loaded)
 
     def generate(
