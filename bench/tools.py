@@ -16,10 +16,11 @@ Each backend runs in a process of its own on the same prompt token ids (vllm in 
 ``python3 -m snakeskills.backends.vllm_env`` creates; left out when that environment is not built yet unless
 ``--create-vllm-env``; ``vllm-no-prefix-caching`` is vLLM with its prefix caching, on by default, turned off). After
 an untimed warm-up of each mode, the modes run alternating (none, python, calculator, none, ...; ``--repeats`` times
-each) so that drift in the machine's load touches all alike; the medians count. On hf two more modes run beside them:
-``python-whole-turns`` and ``calculator-whole-turns``, the same tools with each later turn sent whole through the
-backend's ``generate`` (no KV cache kept across a call), and the kept-cache modes report their decoding steps and
-the ids that went through the model (``prompt_pass_tokens``) or came from a kept cache (``kept_cache_tokens``). Per run:
+each) so that drift in the machine's load touches all alike; the medians count. Two more modes run beside them:
+``python-whole-turns`` and ``calculator-whole-turns``, the same tools with the turns batched through the backend's
+``generate``, each later one with its whole context (no turn streamed, no KV cache kept across a call); on hf the
+streamed modes report their decoding steps and the ids that went through the model (``prompt_pass_tokens``) or came
+from a kept cache (``kept_cache_tokens``). Per run:
 - ``model_tokens_per_s``: the model's own tokens (``num_generated_tokens``: tool outputs do not count) over the
   run's wall time;
 - ``calls_per_s``: tool calls run (``code_rounds_executed``) over the run's wall time;
@@ -50,8 +51,8 @@ REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "python", "calculator")
 # vllm-no-prefix-caching: vLLM with its prefix caching (on by default) turned off, in a process of its own
 BACKENDS = ["hf", "vllm", "vllm-no-prefix-caching"]
-# hf only: the same tools with every later turn sent whole through the backend's generate (no cache kept across a
-# call: how the loop ran before ``hf_turns``), side by side in the same run
+# the same tools with the turns batched through the backend's generate, each later one with its whole context (how
+# the loop ran before it streamed turns: ``hf_turns``, ``vllm.VLLMTurns``), side by side in the same run
 WHOLE_TURNS = ("python-whole-turns", "calculator-whole-turns")
 STOP = ("\n\nProblem:",)
 TEMPERATURE = 0.7
@@ -108,7 +109,7 @@ class CountingBackend:
         self.backend = backend
         self.calls, self.rows, self.seconds, self.turns = 0, 0, 0.0, []
         if whole_turns:
-            self.keeps_turn_caches = False
+            self.keeps_turn_caches = self.streams_turns = False
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
@@ -216,8 +217,7 @@ def run_backend(arguments) -> None:
     for tool in ("python", "calculator"):
         use = tool_use(Tools.filled(tool_section(tool), "tools"))
         engines[tool] = (MeasuredLoop(counting, use), counting)
-        if arguments.backend == "hf":
-            engines[f"{tool}-whole-turns"] = (MeasuredLoop(whole, use), whole)
+        engines[f"{tool}-whole-turns"] = (MeasuredLoop(whole, use), whole)
     modes = [mode for mode in (*MODES, *WHOLE_TURNS) if mode in engines]
     requests = [
         GenerationRequest(seed=seed, prompt_token_ids=tuple(ids))

@@ -92,6 +92,12 @@ class TurnEngine:
         """The row is done: its kept cache goes."""
         self.kept.pop(key, None)
 
+    def close(self) -> None:
+        """Drop every cache (the loop is done, or stopped early)."""
+        self.kept.clear()
+        self.waiting.clear()
+        self._clear()
+
     @property
     def running(self) -> int:
         return sum(not row.ended for row in self.rows)

