@@ -1,8 +1,8 @@
 """The cost of tools: the same prompts and sampler generated without tools and through ``ToolLoop`` with the Python
 tool (bubblewrap sandbox) and with the calculator, on SmolLM2-135M-Instruct.
 
-Usage: python bench/tools.py [--backends hf vllm vllm-no-prefix-caching] [--prompts 32] [--max-new-tokens 96] [--repeats 5]
-       [--threads 2] [--output bench/results/tools-cpu.json]
+Usage: python bench/tools.py [--backends hf vllm vllm-no-prefix-caching] [--prompts 32] [--max-new-tokens 96]
+       [--repeats 5] [--threads 2] [--output bench/results/tools-cpu.json]
 
 The workload: 2-digit multiplication (synthetic arithmetic, ``*``, operands up to 99), asked in the model's chat
 template with a few-shot prompt in the ``markdown`` tags (three worked examples: a ```python block holding a bare

