@@ -258,7 +258,7 @@ def run_backend(arguments) -> None:
             "backend_turns": counted.turns,  # per call of the backend: rows, tokens generated, seconds
         }
         turns = getattr(engine, "turn_engine", None)  # hf's kept caches: decoding steps, ids through the model
-        if turns is not None:
+        if hasattr(turns, "steps_taken"):
             figures["decoding_steps"] = turns.steps_taken
             figures["prompt_pass_tokens"] = turns.prefilled_tokens
             figures["kept_cache_tokens"] = turns.reused_tokens

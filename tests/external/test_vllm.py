@@ -411,3 +411,81 @@ def test_seeded_samples_of_many_long_prompts_do_not_depend_on_their_batch(base_m
     at once and in two halves, second half first, and finds the same samples."""
     generations = base_model_on_vllm["long"]
     assert len(generations) == 300 and len(set(generations)) > 10
+
+
+# ---------------------------------------------------------------- the tool loop's turns on vLLM
+
+VLLM_TOOLS_SNIPPET = """
+import json, sys
+from snakeskills.backends import GenerationRequest, SamplingParams
+from snakeskills.backends.vllm import VLLMBackend
+from snakeskills.settings.tools import Tools
+from snakeskills.tools.loop import ToolLoop, tool_use
+
+class BatchedTurns:
+    # the backend without its turn stream: every turn batched through generate, as before VLLMTurns
+    streams_turns = False
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+def main():
+    model, prompts = sys.argv[1], json.loads(sys.argv[2])
+    backend = VLLMBackend(
+        model_path=model, adapter_path=None, dtype="float32", trust_remote_code=False, tensor_parallel_size=1,
+        gpu_memory_utilization=0.9, max_model_len=None, max_lora_rank=16, enforce_eager=False, kv_cache_gb=None,
+    )
+    requests = [GenerationRequest(seed=seed, prompt_token_ids=tuple(ids)) for seed, ids in enumerate(prompts)]
+    sampling = SamplingParams(0.7, 1.0, 0, 64, stop=("\\n\\nProblem:",))
+    use = tool_use(Tools.filled({"tool": "calculator", "tags": "markdown", "sandbox": "none"}, "tools"))
+    streamed = ToolLoop(backend, use).generate(requests, sampling)
+    batched = ToolLoop(BatchedTurns(backend), use).generate(requests, sampling)
+    rows = [[[r.generation, r.tools["code_rounds_executed"]] for r in results] for results in (streamed, batched)]
+    print("RESULT " + json.dumps({"rows": rows, "loaded": backend.loaded}))
+
+if __name__ == "__main__":
+    main()
+"""
+FEW_SHOT = "".join(
+    f"Problem: What is {a}*{b}?\nSolution:\n```python\n{a}*{b}\n```\n```output\n{a * b}\n```\n"
+    f"The answer is \\boxed{{{a * b}}}.\n\n"
+    for a, b in [(23, 47), (86, 9), (58, 61)]
+)
+
+
+@pytest.mark.slow
+def test_the_tool_loop_streams_its_turns_on_vllm_and_samples_what_batched_turns_sample(vllm_python, smollm2):
+    """SmolLM2 with a three-shot calculator prompt, 12 rows: the loop's turns streamed into vLLM's engine
+    (``VLLMTurns``: a row joins the running batch when its call returns) give the transcripts that batched turns
+    give, with calls made; the backend says prefix caching is on (32-token blocks on a CPU)."""
+    from transformers import AutoTokenizer
+
+    from snakeskills.backends.vllm_env import REPO
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    problems = [(a, b) for a in (17, 34, 52, 76) for b in (13, 48, 91)]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{FEW_SHOT}Problem: What is {a}*{b}?\nSolution:\n"}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for a, b in problems
+    ]
+    process = subprocess.run(
+        [str(vllm_python), "-c", VLLM_TOOLS_SNIPPET, str(smollm2), json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=900,
+    )
+    assert process.returncode == 0, process.stderr[-4000:]
+    answer = json.loads(process.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    streamed, batched = answer["rows"]
+    assert streamed == batched
+    assert sum(calls for _, calls in streamed) >= 6
+    assert "with prefix caching" in answer["loaded"]
