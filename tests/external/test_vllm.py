@@ -449,6 +449,10 @@ def main():
 if __name__ == "__main__":
     main()
 """
+FEW_SHOT_SYSTEM = (
+    "Solve each problem by writing Python code in a ```python block. The code's output is shown in a ```output "
+    "block. Then put the final answer inside \\boxed{}."
+)
 FEW_SHOT = "".join(
     f"Problem: What is {a}*{b}?\nSolution:\n```python\n{a}*{b}\n```\n```output\n{a * b}\n```\n"
     f"The answer is \\boxed{{{a * b}}}.\n\n"
@@ -469,7 +473,10 @@ def test_the_tool_loop_streams_its_turns_on_vllm_and_samples_what_batched_turns_
     problems = [(a, b) for a in (17, 34, 52, 76) for b in (13, 48, 91)]
     prompts = [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{FEW_SHOT}Problem: What is {a}*{b}?\nSolution:\n"}],
+            [
+                {"role": "system", "content": FEW_SHOT_SYSTEM},
+                {"role": "user", "content": f"{FEW_SHOT}Problem: What is {a}*{b}?\nSolution:\n"},
+            ],
             add_generation_prompt=True,
             tokenize=True,
             return_dict=False,
