@@ -16,6 +16,7 @@ between turns; beyond that the one kept longest is dropped, and its next turn go
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -27,6 +28,8 @@ from snakeskills.backends.types import (
     context_overflow,
     truncate_at_stop,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,7 +96,14 @@ class TurnEngine:
         self.kept.pop(key, None)
 
     def close(self) -> None:
-        """Drop every cache (the loop is done, or stopped early)."""
+        """Drop every cache (the loop is done, or stopped early), and log what the kept caches spared."""
+        if self.steps_taken:
+            logger.info(
+                "tool loop: %d decoding steps; %d prompt ids through the model, %d from kept caches",
+                self.steps_taken,
+                self.prefilled_tokens,
+                self.reused_tokens,
+            )
         self.kept.clear()
         self.waiting.clear()
         self._clear()
