@@ -274,6 +274,15 @@ def distinct_rows(input_ids) -> tuple[list[int], list[int]]:
     return [copies.index(place) for place in range(len(places))], copies
 
 
+def plain_cache_layers(config) -> bool:
+    """Whether every layer of this model's dynamic cache holds each token's keys and values in a column of its own
+    (``DynamicLayer``: no attention window, no linear-attention state), which ``hf_turns`` moves row by row."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
 def has_sliding_window_layers(config) -> bool:
     """Whether some attention layer of this model sees only a window of the last tokens. A window counts cache
     slots, and a shared prefix puts a row's padding after the prefix, inside the window: such a model keeps
@@ -333,8 +342,8 @@ class HFBackend:
                     "leave it; set generation.compile: false for this model"
                 )
             self._compiled_step = compiled_decoding_step(self.model, self.device, batch_size, self.context_length)
-        # a tool loop's rows keep their KV cache across a call (``hf_turns``): a dynamic cache, no attention window
-        self.keeps_turn_caches = not compile and not self.sliding_window
+        # a tool loop's rows keep their KV cache across a call (``hf_turns``): a dynamic cache of plain layers
+        self.keeps_turn_caches = not compile and plain_cache_layers(self.model.config)
         adapter = f" + adapter {adapter_path}" if adapter_path else ""
         dtype = str(self.model.dtype).removeprefix("torch.")
         # what a job's log says of the model it generates with (a shared server's jobs log it too)
@@ -350,7 +359,7 @@ class HFBackend:
         backend._use(model, tokenizer, model_path=model.name_or_path, adapter_path=None, batch_size=batch_size)
         backend.share_prefix = share_prefix and not backend.sliding_window
         backend.keep_tokens = True
-        backend.keeps_turn_caches = not backend.sliding_window
+        backend.keeps_turn_caches = plain_cache_layers(model.config)
         backend.loaded = f"model {model.name_or_path} in memory on {backend.device}"
         return backend
 

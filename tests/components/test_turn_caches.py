@@ -138,3 +138,27 @@ def test_the_tool_loop_gives_the_same_transcripts_with_kept_caches_as_with_whole
         assert with_cache.model_token_mask == without.model_token_mask
         assert untimed(with_cache.tools) == untimed(without.tools)
         assert with_cache.logprobs == pytest.approx(without.logprobs, abs=1e-5)
+
+
+def test_only_models_whose_cache_layers_are_plain_keep_caches_across_turns(random_backend):
+    """A sliding-window model (Gemma 2's alternate layers) keeps the batched turns: its window counts cache columns."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from snakeskills.backends.hf import plain_cache_layers
+
+    assert random_backend.keeps_turn_caches
+    config = Gemma2Config(
+        vocab_size=len(random_backend.tokenizer),
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=8,
+    )
+    assert not plain_cache_layers(config)
+    sliding = HFBackend.around(Gemma2ForCausalLM(config).eval(), random_backend.tokenizer, batch_size=2)
+    assert not sliding.keeps_turn_caches
+    use = tool_use(Tools.filled(TOOL_CALLER_TOOLS, "tools"))
+    assert ToolLoop(sliding, use)._turn_engine(SamplingParams(1.0, 1.0, 0, 4), None) is None
