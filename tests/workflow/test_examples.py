@@ -11,7 +11,7 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO, example_model_folder, planned_jobs, run_snakemake
+from conftest import REPO, apt_installed, example_model_folder, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
 
 from snakeskills.data.specs import load_preset
@@ -55,6 +55,8 @@ def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, ex
     config = yaml.safe_load(example.read_text())
     if any({**load_preset(spec.get("preset", "gsm8k")), **spec}.get("code") for spec in config["benchmarks"].values()):
         request.getfixturevalue("bubblewrap")  # a code benchmark: the plan checks that its sandbox starts
+    if (config.get("grpo") or {}).get("vllm_mode"):  # planned where jobs get GPUs: a GPU node or a SLURM submit host
+        apt_installed("sbatch", "slurm-client", "the example samples with vLLM inside its trainer, on GPU nodes only")
     local_folders_for(config, tmp_path, tiny_checkpoint)
     jobs = planned_jobs(tmp_path, example)
     assert planned_benchmarks(jobs) == set(config["benchmarks"])
