@@ -473,20 +473,19 @@ class HFBackend:
         for row, (tokens, length, logprobs) in enumerate(zip(rows_tokens, lengths, rows_logprobs, strict=True)):
             tokens = tokens[:length] if length is not None else tokens
             ended = length is not None and row not in at_budget
-            # the text ends with the stop string that ended it (if any): cut there
-            text, _ = truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop)
-            details = {}
-            if self.keep_tokens:
-                details = {"token_ids": tuple(tokens), "logprobs": tuple(logprobs[: len(tokens)])}
-            results.append(
-                GenerationResult(
-                    generation=text,
-                    num_generated_tokens=len(tokens),
-                    finish_reason="stop" if ended else "length",
-                    **details,
-                )
-            )
+            results.append(self.row_result(tokens, logprobs[: len(tokens)], "stop" if ended else "length", sampling))
         return results
+
+    def row_result(self, tokens: list[int], logprobs: list[float], finish_reason: str, sampling: SamplingParams):
+        """A row's result from its drawn tokens: the text cut at the stop string that ended it (if any), and with
+        ``keep_tokens`` the tokens and their log-probabilities."""
+        text, _ = truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop)
+        details = {}
+        if self.keep_tokens:
+            details = {"token_ids": tuple(tokens), "logprobs": tuple(logprobs)}
+        return GenerationResult(
+            generation=text, num_generated_tokens=len(tokens), finish_reason=finish_reason, **details
+        )
 
     def _decode(
         self,

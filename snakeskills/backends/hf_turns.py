@@ -21,13 +21,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from snakeskills.backends.hf import COMPACT_EVERY, draw_tokens, drawn_logprobs
-from snakeskills.backends.types import (
-    GenerationRequest,
-    GenerationResult,
-    SamplingParams,
-    context_overflow,
-    truncate_at_stop,
-)
+from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, context_overflow
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +140,7 @@ class TurnEngine:
                 if finish is not None:
                     row.ended = True
                     self._keep(index)
-                    ended.append((row.key, self._result(row, finish)))
+                    ended.append((row.key, self.backend.row_result(row.drawn, row.logprobs, finish, self.sampling)))
             self.steps_taken += 1
             self.tokens_drawn += len(live)
             if self.on_step is not None:
@@ -317,17 +311,6 @@ class TurnEngine:
         if tails is not None:
             self.tails = torch.cat([self.tails, tails])
         self.rows += [turn for turn, _ in turns]
-
-    def _result(self, row: _Turn, finish_reason: str) -> GenerationResult:
-        """A turn's result as ``HFBackend.generate`` writes it."""
-        tokenizer = self.backend.tokenizer
-        text, _ = truncate_at_stop(tokenizer.decode(row.drawn, skip_special_tokens=True), self.sampling.stop)
-        details = {}
-        if self.backend.keep_tokens:
-            details = {"token_ids": tuple(row.drawn), "logprobs": tuple(row.logprobs)}
-        return GenerationResult(
-            generation=text, num_generated_tokens=len(row.drawn), finish_reason=finish_reason, **details
-        )
 
 
 def _left_padded(tensor, length: int):
