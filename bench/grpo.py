@@ -84,6 +84,51 @@ def stock_trainer() -> None:
     grpo.grpo_trainer_class = stock_class
 
 
+def timed_phases() -> dict[str, float]:
+    """Seconds spent, summed over the run, in each part of a GRPO step, timed around TRL's methods in this process:
+    ``sampling`` (the rollouts: the project's loop or TRL's generate), ``reference`` and ``policy`` (the
+    log-probabilities' forwards without and with gradients: the reference's, the policy's; an old policy's would
+    count as ``reference``), ``backward``."""
+    import functools
+    import time
+
+    import torch
+    from accelerate import Accelerator
+    from trl import GRPOTrainer
+
+    from snakeskills.training import grpo, rollouts
+
+    phases = dict.fromkeys(("sampling", "reference", "policy", "backward"), 0.0)
+
+    def timer(method, phase):
+        @functools.wraps(method)
+        def timed(*arguments, **keywords):
+            start = time.perf_counter()
+            try:
+                return method(*arguments, **keywords)
+            finally:
+                name = phase or ("policy" if torch.is_grad_enabled() else "reference")
+                phases[name] += time.perf_counter() - start
+
+        return timed
+
+    rollouts.BackendRollouts.__call__ = timer(rollouts.BackendRollouts.__call__, "sampling")
+    GRPOTrainer._generate_single_turn = timer(GRPOTrainer._generate_single_turn, "sampling")
+    Accelerator.backward = timer(Accelerator.backward, "backward")
+    trainer_class = grpo.grpo_trainer_class
+
+    def timed_class():
+        chosen = trainer_class()
+
+        class Timed(chosen):
+            _get_per_token_logps_and_entropies = timer(chosen._get_per_token_logps_and_entropies, None)
+
+        return Timed
+
+    grpo.grpo_trainer_class = timed_class
+    return phases
+
+
 def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
     """One GRPO run in this process; returns its figures."""
     from snakeskills.models.pretrained import packaged_model_folder
@@ -112,6 +157,7 @@ def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
     }
     if variant == "trl-stock":
         stock_trainer()
+    phases = timed_phases()
     with tempfile.TemporaryDirectory(prefix="snakeskills-bench-grpo-") as scratch:
         run = RoundRun(
             weights="lora",
@@ -144,6 +190,7 @@ def train_one(variant: str, data: str, steps: int, max_new_tokens: int) -> dict:
         "rewards": rewards,
         "mean_reward": round(statistics.fmean(rewards), 4),
         "mean_completion_tokens": round(statistics.fmean(lengths), 1),
+        "phase_seconds_per_step": {phase: round(seconds / steps_done, 2) for phase, seconds in phases.items()},
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 
+from snakeskills.backends.kv_cache import growing_cache, keep_room
 from snakeskills.backends.types import (
     GenerationRequest,
     GenerationResult,
@@ -542,7 +543,7 @@ class HFBackend:
                         rows_logprobs[running[batch_row]] = logprobs
 
         generated = batch_tokens = 0
-        cache = self._new_cache(cache_length)
+        cache = self._new_cache(cache_length, max_new_tokens)
         with torch.inference_mode():
             # every tensor a compiled step sees is made in inference mode: a normal tensor in the first step and
             # inference tensors after it would fail dynamo's guards and compile each shape twice
@@ -581,6 +582,7 @@ class HFBackend:
                     keep = self._rows_to_keep(ended_at)
                     index = torch.tensor(keep, device=self.device)
                     cache = self._kept_rows(cache, index, cache_length)
+                    keep_room(cache, max_new_tokens - generated)
                     sequences, attention, tokens = sequences[index], attention[index], tokens[index]
                     seeds_tensor, next_positions = seeds_tensor[index], next_positions[index]
                     if token_logprobs is not None:
@@ -596,12 +598,13 @@ class HFBackend:
         collect(list(range(len(running))), generated)
         return rows_tokens, lengths, rows_logprobs, at_budget
 
-    def _new_cache(self, length: int):
-        """The KV cache of one batch: grown step by step, or allocated once at its final length (compile)."""
-        from transformers import DynamicCache, StaticCache
+    def _new_cache(self, length: int, new_tokens: int):
+        """The KV cache of one batch: grown as it goes with room for the ``new_tokens`` to come
+        (``kv_cache.growing_cache``), or allocated once at its final ``length`` (compile)."""
+        from transformers import StaticCache
 
         if self._compiled_step is None:
-            return DynamicCache(config=self.model.config)
+            return growing_cache(self.model.config, new_tokens)
         return StaticCache(config=self.model.config, max_cache_len=length)
 
     def _time_to_compact(self, finished: int, running: int) -> bool:

@@ -21,6 +21,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from snakeskills.backends.hf import COMPACT_EVERY, draw_tokens, drawn_logprobs
+from snakeskills.backends.kv_cache import growing_cache
 from snakeskills.backends.types import GenerationRequest, GenerationResult, SamplingParams, context_overflow
 
 logger = logging.getLogger(__name__)
@@ -239,12 +240,10 @@ class TurnEngine:
 
     def _fresh_pass(self, fresh):
         """New rows' prompts through the model, batched as ``generate`` batches them (a shared opening once)."""
-        from transformers import DynamicCache
-
         backend = self.backend
         input_ids, attention_mask, prefix_length = backend.batch_layout([turn.fed for turn, _ in fresh])
         positions = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
-        cache = DynamicCache(config=backend.model.config)
+        cache = growing_cache(backend.model.config, self.sampling.max_new_tokens)
         logits, cache = backend.prompts_pass(input_ids, attention_mask, positions, cache, prefix_length)
         self.prefilled_tokens += sum(len(turn.fed) for turn, _ in fresh)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
@@ -277,7 +276,7 @@ class TurnEngine:
                 for _, _, kept, reused in resumed
             ]
             layers.append(tuple(torch.cat([_left_padded(piece[part], held) for piece in pieces]) for part in (0, 1)))
-        cache = _dynamic_cache(backend.model.config, layers)
+        cache = _dynamic_cache(backend.model.config, layers, self.sampling.max_new_tokens)
         logits = backend._forward(input_ids, mask, positions, cache)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         return [(turn, seed) for turn, seed, _, _ in resumed], layers, mask, logits
@@ -294,7 +293,7 @@ class TurnEngine:
                 [_left_padded_ids(turn.fed, self.width, self.pad) for turn, _ in turns], device=self.device
             )
         if self.cache is None:
-            self.cache = _dynamic_cache(self.backend.model.config, layers)
+            self.cache = _dynamic_cache(self.backend.model.config, layers, self.sampling.max_new_tokens)
             self.mask, self.logits, self.seeds, self.positions, self.tails = mask, logits, seeds, positions, tails
             self.steps = torch.zeros(len(turns), dtype=torch.long, device=self.device)
             self.rows = [turn for turn, _ in turns]
@@ -333,11 +332,9 @@ def _left_padded_ids(ids: list[int], width: int, pad: int) -> list[int]:
     return [pad] * (width - len(tail)) + tail
 
 
-def _dynamic_cache(config, layers):
-    """A dynamic cache holding these keys and values (one pair per layer)."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=config)
+def _dynamic_cache(config, layers, room: int):
+    """A dynamic cache holding these keys and values (one pair per layer), growing with ``room`` to spare."""
+    cache = growing_cache(config, room)
     for layer, (keys, values) in zip(cache.layers, layers, strict=True):
         layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values

@@ -56,6 +56,10 @@ class FoldedPolicy:
             if isinstance(module, LoraLayer)
         }
         self.model = copy.deepcopy(model).merge_and_unload()
+        # a forward set on the instance (TRL's fused LM head, ``trl.trainer.utils.add_fused_lm_head``) closes over
+        # the source model's own bound forward, which the deep copy keeps: the copy would decode through the source
+        # (its adapter unfolded, in training mode, dropout on). Decoding needs no fused head: the class's forward.
+        self.model.__dict__.pop("forward", None)
         self.model.eval()
         self.model.requires_grad_(False)
         modules = dict(self.model.named_modules())

@@ -1,6 +1,7 @@
 """GRPO's forwards with each group's prompt computed once (``group_forward.shared_prompt_logps``) give the
 log-probabilities, entropies and gradients of TRL's own forward over the whole sequences (tiny model, a LoRA, TRL's
-fused LM head), for left-padded prompts of different lengths and right-padded completions."""
+fused LM head), for left-padded prompts of different lengths and right-padded completions, in passes of similar
+completion lengths, and with an opening all prompts share computed once."""
 
 from __future__ import annotations
 
@@ -9,21 +10,31 @@ import contextlib
 import pytest
 
 
-def test_a_groups_prompt_computed_once_gives_trls_log_probabilities_and_gradients():
+OPENING = "Add these two numbers: "  # 23 characters: over MIN_SHARED_PREFIX tokens of the character tokenizer
+
+
+@pytest.mark.parametrize("opening", ["", OPENING])
+def test_a_groups_prompt_computed_once_gives_trls_log_probabilities_and_gradients(opening):
     import torch
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
     from snakeskills.models.tiny_model import build_char_tokenizer, build_tiny_llama
-    from snakeskills.training.group_forward import groups_share_prompts, shared_prompt_logps
+    from snakeskills.training.group_forward import (
+        completion_lengths,
+        groups_share_prompts,
+        length_buckets,
+        prompt_layout,
+        shared_prompt_logps,
+    )
     from snakeskills.training.trainer import completion_positions_only
 
     tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=2, num_heads=2, seed=0, max_positions=64)
+    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=2, num_heads=2, seed=0, max_positions=96)
     policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
     add_fused_lm_head(policy.get_base_model(), temperature=0.7, outputs=("log_probs", "entropy"))
     pad = tokenizer.pad_token_id
-    prompts = [tokenizer.encode(text) for text in ("12+30=", "7+5=")]
+    prompts = [tokenizer.encode(opening + text) for text in ("12+30=", "7+5=")]
     completions = [tokenizer.encode(text, add_special_tokens=False) for text in ("42", "4", "423", "12", "1", "12")]
     width = max(map(len, prompts))
     rows, masks = [], []
@@ -35,6 +46,10 @@ def test_a_groups_prompt_computed_once_gives_trls_log_probabilities_and_gradient
         masks.append([0] * len(padding[0]) + [1] * (len(prompt) + len(completion)) + [0] * len(padding[1]))
     input_ids, attention_mask = torch.tensor(rows), torch.tensor(masks)
     assert groups_share_prompts(input_ids, attention_mask, 3)
+    shared = prompt_layout(input_ids, attention_mask, width, [0, 3], model.config)[3]
+    assert shared == (len(tokenizer.encode(opening)) if opening else 0)
+    assert completion_lengths(attention_mask, 3) == [2, 1, 3, 2, 1, 2]
+    assert length_buckets([2, 1, 3, 2, 1, 2]) == [[2], [0, 3, 5], [1, 4]]  # three passes, groups across them
 
     def trl_forward():
         labels = input_ids.masked_fill(attention_mask == 0, -100)

@@ -147,8 +147,11 @@ def test_steps_per_generation_samples_once_for_several_steps(tiny_checkpoint, tm
 
 
 def test_the_folded_copy_gives_the_policys_next_token_distribution(tiny_checkpoint):
+    """... with its own weights: the source model (TRL's fused LM head set on it first, as GRPO's trainer does) is
+    never run by the copy's forward."""
     import torch
     from peft import LoraConfig, get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
 
     from snakeskills.backends.hf import load_model_and_tokenizer
     from snakeskills.training.rollouts import FoldedPolicy, foldable
@@ -156,9 +159,12 @@ def test_the_folded_copy_gives_the_policys_next_token_distribution(tiny_checkpoi
     model, _ = load_model_and_tokenizer(
         str(tiny_checkpoint), adapter_path=None, device="cpu", dtype="float32", trust_remote_code=False
     )
+    add_fused_lm_head(model)
     policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     assert foldable(policy)
     folded = FoldedPolicy(policy)
+    source_runs = []
+    model.model.register_forward_hook(lambda *_: source_runs.append(1))
     frozen = {name: value.clone() for name, value in policy.named_parameters() if "lora_" not in name}
     inputs = torch.tensor([[5, 9, 12, 7, 3]])
     generator = torch.Generator().manual_seed(0)
@@ -169,7 +175,9 @@ def test_the_folded_copy_gives_the_policys_next_token_distribution(tiny_checkpoi
                     parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
             policy.eval()
             expected = policy(input_ids=inputs).logits
+            source_runs.clear()
             actual = folded.refresh()(input_ids=inputs).logits
+            assert source_runs == [], "the folded copy ran the source model"
         torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
         assert not torch.allclose(expected, folded.model.__class__.from_pretrained(tiny_checkpoint)(inputs).logits)
     # the policy's own frozen weights are untouched (no merge in place)
