@@ -87,8 +87,7 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
     for passes in range(1, MOST_BUCKETS + 1):
         for end in range(1, count + 1):
             best[passes][end] = min(
-                (best[passes - 1][start][0] + (end - start) * widths[start] + penalty, start)
-                for start in range(end)
+                (best[passes - 1][start][0] + (end - start) * widths[start] + penalty, start) for start in range(end)
             )
     passes = min(range(1, MOST_BUCKETS + 1), key=lambda k: (best[k][count][0], k)) if count else 0
     buckets, end = [], count
@@ -129,9 +128,7 @@ def prompt_layout(input_ids, attention_mask, prompt_length: int, distinct: list[
 
     from snakeskills.backends.hf import MIN_SHARED_PREFIX, plain_cache_layers, shared_prefix_length
 
-    prompts = [
-        input_ids[row, :prompt_length][attention_mask[row, :prompt_length].bool()].tolist() for row in distinct
-    ]
+    prompts = [input_ids[row, :prompt_length][attention_mask[row, :prompt_length].bool()].tolist() for row in distinct]
     opening = 0
     if len(prompts) > 1 and plain_cache_layers(config):
         opening = min(shared_prefix_length(prompts), min(map(len, prompts)) - 2)

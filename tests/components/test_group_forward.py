@@ -9,7 +9,6 @@ import contextlib
 
 import pytest
 
-
 OPENING = "Add these two numbers: "  # 23 characters: over MIN_SHARED_PREFIX tokens of the character tokenizer
 
 
