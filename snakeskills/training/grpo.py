@@ -109,6 +109,17 @@ OVERRIDDEN = {
 }
 
 
+def runs_adapter(model, adapter: str | None) -> bool:
+    """Whether ``model`` computes with these weights now: a peft model with its adapters on and ``adapter`` the
+    active one (TRL's reference forward switches them off, or to a copy named ``ref`` when an adapter is trained
+    further); any other model, with ``adapter`` None."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if getattr(model, "active_adapter", None) != adapter:
+        return False
+    return not any(module.disable_adapters for module in model.modules() if isinstance(module, BaseTunerLayer))
+
+
 def grpo_trainer_class():
     """``GRPOTrainer`` whose prompts are token ids given with the dataset (``prompt_ids``, set on the trainer), not
     text for it to tokenize, whose problems come in each epoch's order however the run was interrupted and
@@ -130,6 +141,9 @@ def grpo_trainer_class():
         def __init__(self, *arguments, **keywords):
             # the forwards logged this round: (with gradients, why TRL's own; None: the shared prompt's)
             self.forward_paths: set[tuple[bool, str | None]] = set()
+            # the project's last sampling (``rollouts.BackendRollouts`` sets it): each completion's ids, each drawn
+            # token's log-probability under the weights that drew it, and the policy's active adapter then
+            self.sampled: tuple[list[list[int]], list[list[float]], str | None] | None = None
             super().__init__(*arguments, **keywords)
 
         def log_forward_path(self, reason: str | None) -> None:
@@ -164,6 +178,9 @@ def grpo_trainer_class():
         ):
             import torch
 
+            old_policy = self.sampled_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+            if old_policy is not None:
+                return old_policy, None, None
             with completion_positions_only():  # the policy's, the reference's and the old policy's forwards
                 reason = trl_forward_reason(
                     model,
@@ -201,6 +218,39 @@ def grpo_trainer_class():
             logps = torch.cat([chunk[0] for chunk in chunks])
             entropies = torch.cat([chunk[1] for chunk in chunks]) if compute_entropy else None
             return logps, entropies, None
+
+        def sampled_logps(self, model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool):
+            """The old policy's log-probabilities as the last sampling drew them, where this forward is the old
+            policy's (TRL's, once per sampled batch, when a sampling serves several steps: ``steps_per_generation``,
+            ``num_iterations``) over that sampling's completions; else None. The sampling drew them from the
+            policy's weights of then, under the temperature-scaled softmax as TRL's forward scores
+            (``hf.drawn_logprobs``), so they equal what that forward computes up to rounding, without it. Used once."""
+            import torch
+
+            if torch.is_grad_enabled():  # a policy forward to train on: the sampling's weights are past
+                self.sampled = None
+            if (
+                self.sampled is None
+                or compute_entropy
+                or model is not self.model
+                or not runs_adapter(self.accelerator.unwrap_model(model), self.sampled[2])  # the reference's
+            ):
+                return None
+            ids, logprobs, _ = self.sampled
+            completions = input_ids[:, input_ids.shape[1] - logits_to_keep :].tolist()
+            if len(ids) != len(completions):
+                return None
+            values = torch.zeros((len(ids), logits_to_keep), dtype=torch.float32, device=input_ids.device)
+            for row, (row_ids, row_logprobs, completion) in enumerate(zip(ids, logprobs, completions, strict=True)):
+                width = min(len(row_ids), logits_to_keep)
+                if len(row_logprobs) != len(row_ids) or completion[:width] != row_ids[:width]:
+                    return None
+                values[row, :width] = torch.tensor(row_logprobs[:width])
+            self.sampled = None
+            if not getattr(self, "logged_sampled_logps", False) and self.accelerator.is_main_process:
+                self.logged_sampled_logps = True
+                logger.info("GRPO: the old policy's log-probabilities are the sampling's own (no forward)")
+            return values
 
         def _get_train_sampler(self, dataset=None):
             sampler = super()._get_train_sampler(dataset)

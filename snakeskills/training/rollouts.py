@@ -142,6 +142,8 @@ class BackendRollouts:
             "completion_ids": [list(result.token_ids) for result in results],
             "logprobs": [list(result.logprobs) for result in results],
         }
+        # the trainer's old-policy forward, where TRL runs one, takes these instead (``sampled_logps``)
+        trainer.sampled = (output["completion_ids"], output["logprobs"], getattr(model, "active_adapter", None))
         if self.tools is not None:
             self._check_ids(backend, results)
             # TRL masks the tokens a tool appended out of the loss (``TRL_TOOL_MASK`` 0) and hands the other fields to

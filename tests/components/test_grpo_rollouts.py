@@ -235,3 +235,49 @@ def test_with_steps_per_generation_checkpoints_fall_on_samplings_and_resume_exac
     actual = load_file(str(resumed_dir / "adapter_model.safetensors"))
     assert expected.keys() == actual.keys()
     assert all(torch.equal(actual[name], expected[name]) for name in expected)
+
+
+@pytest.mark.parametrize("reuse", [{"num_iterations": 2}, {"steps_per_generation": 2}, {}])
+def test_the_old_policys_log_probabilities_are_the_samplings_own(tiny_checkpoint, tmp_path, monkeypatch, caplog, reuse):
+    """Where a sampling serves several steps, TRL's forward for the old policy's log-probabilities is not run: the
+    sampling's own stand in, equal to what that forward computes (checked here against it, at every scored
+    position), and the reference's forward (the adapter off, or its ``ref`` copy on) still runs and is never
+    answered so; with a sampling per step, nothing stands in for any forward."""
+    import torch
+
+    from snakeskills.training import grpo
+
+    made, compared, reference_forwards = grpo.grpo_trainer_class, [], []
+
+    def checking_class():
+        trainer_class = made()
+
+        class Checking(trainer_class):
+            def sampled_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
+                values = super().sampled_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+                if not grpo.runs_adapter(self.accelerator.unwrap_model(model), "default"):
+                    reference_forwards.append(1)
+                    assert values is None
+                if values is not None:  # the forward they stand in for, run here to compare
+                    forward, _, _ = self._get_per_token_logps_and_entropies(
+                        model, input_ids, attention_mask, logits_to_keep
+                    )
+                    mask = attention_mask[:, -logits_to_keep:].bool()
+                    torch.testing.assert_close(values[mask], forward[mask], rtol=1e-4, atol=1e-4)
+                    compared.append(int(mask.sum()))
+                return values
+
+        return Checking
+
+    monkeypatch.setattr(grpo, "grpo_trainer_class", checking_class)
+    caplog.set_level("INFO", logger="snakeskills.training.grpo")
+    run = grpo_round(tiny_checkpoint, tmp_path, "reuse")
+    run.training = {**run.training, "batch_size": 4}
+    metrics = train_round("grpo", run, grpo_options("hf", **reuse), log_path=tmp_path / "train.log")
+    samplings = metrics["global_step"] // 2 if reuse else metrics["global_step"]
+    assert len(reference_forwards) == samplings  # beta 0.04: the reference's forward, once per sampled batch
+    if not reuse:  # a sampling per step: TRL runs no old policy's forward, and nothing stands in for one
+        assert compared == [] and "the sampling's own" not in caplog.text
+        return
+    assert len(compared) == samplings and all(count > 0 for count in compared)
+    assert "the old policy's log-probabilities are the sampling's own" in caplog.text
