@@ -3,9 +3,13 @@ into room kept at the end of their buffers instead of copying the whole cache to
 
 ``DynamicLayer`` appends by ``torch.cat``: every decoding step reads and writes every row's whole cache, which on a
 CPU costs as much as reading the weights once the context is a few hundred tokens long. A ``GrowingLayer`` holds
-its keys and values in buffers with ``room`` columns to spare, and hands the model views of the filled part; only
-when the room runs out (or a new tensor is set: a batch's rows selected, rows joined) are they copied into larger
-buffers. The values are the same as ``DynamicLayer``'s, so the model's outputs are identical.
+its keys and values in buffers with columns to spare, and hands the model views of the filled part; only when the
+spare columns run out (or a new tensor is set: a batch's rows selected, rows joined) are they copied into larger
+buffers. The values are the same as ``DynamicLayer``'s, so the model's outputs are identical. Memory: the spare
+columns are a quarter of the filled ones (at least ``MIN_SPARE``), never more than the tokens still to come
+(``room``), so a cache holds at most a quarter more than what it has filled, and a long generation (a reasoning
+model's 32k tokens) never reserves its whole length up front; the copies this costs add up to a few times the
+final cache, against one whole cache per step.
 
 Only plain layers grow so (``DynamicLayer`` itself: no attention window, no linear-attention state); the others are
 kept as transformers builds them. Inference only: a step writes in place into a buffer an earlier step's views
@@ -15,8 +19,9 @@ from __future__ import annotations
 
 import functools
 
-# columns kept spare when a buffer must be (re)allocated and the cache was told no room (``room`` 0)
-MIN_ROOM = 64
+# the fewest columns kept spare when a buffer is (re)allocated (or ``room``, if fewer tokens are still to come),
+# and the spare columns' share of the filled ones above that
+MIN_SPARE, SPARE_SHARE = 64, 0.25
 
 
 def filled_columns(tensor) -> int:
@@ -33,12 +38,12 @@ def has_room(buffer, columns: int, states) -> bool:
 
 @functools.cache
 def growing_layer_class():
-    """``GrowingLayer``: a ``DynamicLayer`` whose buffers keep ``room`` columns to spare for the tokens still to come
-    (a class made on first use: transformers is imported then)."""
+    """``GrowingLayer``: a ``DynamicLayer`` whose buffers keep columns to spare for the tokens still to come, at most
+    ``room`` (a class made on first use: transformers is imported then)."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
-        """A ``DynamicLayer`` whose buffers keep ``room`` columns to spare for the tokens still to come."""
+        """A ``DynamicLayer`` whose buffers keep columns to spare for the tokens still to come (at most ``room``)."""
 
         def __init__(self, room: int = 0):
             super().__init__()
@@ -73,7 +78,8 @@ def growing_layer_class():
             if filled != self._value_length:  # the caller's own bookkeeping: never expected
                 raise AssertionError(f"KV cache layer: {filled} key columns, {self._value_length} value columns")
             if not all(has_room(buffer, filled + new, key_states) for buffer in (self._key_buffer, self._value_buffer)):
-                self._grow(key_states, value_states, filled + new + max(self.room, MIN_ROOM))
+                spare = max(MIN_SPARE, int((filled + new) * SPARE_SHARE))
+                self._grow(key_states, value_states, filled + new + (min(spare, self.room) if self.room else spare))
             self._key_buffer[:, :, filled : filled + new] = key_states
             self._value_buffer[:, :, filled : filled + new] = value_states
             self._key_length = self._value_length = filled + new
@@ -93,8 +99,8 @@ def growing_layer_class():
 
 
 def growing_cache(config, room: int = 0):
-    """transformers' dynamic cache for this model, its plain layers ``GrowingLayer``s keeping ``room`` columns to
-    spare (the tokens a decoding will add: its ``max_new_tokens``)."""
+    """transformers' dynamic cache for this model, its plain layers ``GrowingLayer``s (``room``: the most tokens a
+    decoding will add, its ``max_new_tokens``; 0: unknown)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
