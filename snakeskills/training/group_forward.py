@@ -191,15 +191,10 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
             logits_to_keep=1,
             **{keyword: cache},
         )
-        for number, bucket in enumerate(buckets):
+        for bucket in buckets:
             rows = torch.tensor(bucket, device=input_ids.device)
             width = max(1, *(lengths[row] for row in bucket))
             prompts = copies[rows]
-            if number == len(buckets) - 1:
-                cache.batch_select_indices(prompts)
-                rows_prompt_cache = cache
-            else:
-                rows_prompt_cache = rows_cache(cache, prompts)
             end = prompt_length + width
             outputs = model(
                 input_ids=torch.cat([ids[prompts, last:], input_ids[rows, prompt_length:end]], 1),
@@ -207,7 +202,7 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, c
                 position_ids=torch.cat([prompt_positions[prompts, last:], positions[rows, prompt_length:end]], 1),
                 shift_labels=labels[rows, : width + 1].contiguous(),
                 fused_lm_head=True,
-                **{keyword: rows_prompt_cache},
+                **{keyword: rows_cache(cache, prompts)},
             )
             logps.append(outputs.log_probs[:, :width])
             if compute_entropy:

@@ -144,6 +144,7 @@ def grpo_trainer_class():
             # the project's last sampling (``rollouts.BackendRollouts`` sets it): each completion's ids, each drawn
             # token's log-probability under the weights that drew it, and the policy's active adapter then
             self.sampled: tuple[list[list[int]], list[list[float]], str | None] | None = None
+            self.sampled_logps_logged = False
             super().__init__(*arguments, **keywords)
 
         def log_forward_path(self, reason: str | None) -> None:
@@ -247,8 +248,8 @@ def grpo_trainer_class():
                     return None
                 values[row, :width] = torch.tensor(row_logprobs[:width])
             self.sampled = None
-            if not getattr(self, "logged_sampled_logps", False) and self.accelerator.is_main_process:
-                self.logged_sampled_logps = True
+            if not self.sampled_logps_logged and self.accelerator.is_main_process:
+                self.sampled_logps_logged = True
                 logger.info("GRPO: the old policy's log-probabilities are the sampling's own (no forward)")
             return values
 
