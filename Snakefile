@@ -64,6 +64,7 @@ localrules:
     plot_generation_lengths,
     plot_sft_examples,
     plot_training_curves,
+    plot_validation_curves,
     report_samples,
 
 

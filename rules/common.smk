@@ -18,7 +18,7 @@ from snakeskills.plan.layout import PREPARED_SPLIT, Layout
 from snakeskills.plan.resources import training_gpu_resource, training_nodes_resources
 from snakeskills.plan.run import Plan
 from snakeskills.settings.run import RunSettings
-from snakeskills.training.methods import TRAINING_METHODS
+from snakeskills.training.methods import TRAINING_METHODS, checkpoint_model_parts
 from snakeskills.plan.sections import benchmark_judge, benchmark_metrics, benchmark_prompt, is_code_benchmark
 from snakeskills.prompts import resolve_prompt
 from snakeskills.job import JobSettings, forward_interruptions_to_jobs
@@ -138,6 +138,11 @@ TRAINING_NODES = training_nodes_resources(config, GPU_NODES)
 def training_settings(wildcards):
     """The settings that decide a round's weights, from its training method's section."""
     return PLAN.training_for(wildcards.model).training_config(gpus_available())
+
+
+def segmented_model(model):
+    """Whether ``model`` is a training segment's checkpoint (a round trained in segments: plan/validation.py)."""
+    return checkpoint_model_parts(model) is not None
 
 
 def training_judging(wildcards):

@@ -116,6 +116,28 @@ rule plot_training_curves:
         "../scripts/plot_training_curves.py"
 
 
+rule plot_validation_curves:
+    input:
+        summary=LAYOUT.summary,
+        tuned=[PLAN.training_output(PLAN.tuned_parts(m)[0]).format(model=m) for m in PLAN.validated_rounds()],
+    output:
+        plot=report(
+            LAYOUT.plot.format(plot="validation_curves"),
+            caption="../report/validation_curves.rst",
+            category="Training",
+            labels={"plot": "validation curves"},
+        ),
+    params:
+        models=PLAN.validated_rounds(),
+        methods={model: PLAN.tuned_parts(model)[0] for model in PLAN.validated_rounds()},
+    log:
+        LOGS / "report/validation_curves.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../scripts/plot_validation_curves.py"
+
+
 rule report_samples:
     input:
         judged=PLAN.eval_judged_files(),

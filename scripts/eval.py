@@ -1,6 +1,8 @@
+from snakeskills.io import read_json
 from snakeskills.job import script_logging
 from snakeskills.results.comparison import write_comparison
 from snakeskills.results.method_comparison import training_cost
+from snakeskills.results.validation_curves import evaluation_seconds, round_curves
 from snakeskills.training.methods import training_method
 
 with script_logging(snakemake.log[0]) as logger:
@@ -11,6 +13,8 @@ with script_logging(snakemake.log[0]) as logger:
             tuned.items(), snakemake.input.tuned, snakemake.input.training_data, strict=True
         )
     }
+    for model, logs in snakemake.params.validation_logs.items():  # what evaluating its checkpoints cost
+        costs[model]["validation_seconds"] = evaluation_seconds(logs)
     table = write_comparison(
         runs=snakemake.params.runs,
         metrics_paths=list(snakemake.input.metrics),
@@ -43,5 +47,10 @@ with script_logging(snakemake.log[0]) as logger:
         benchmark_judges=snakemake.params.benchmark_judges,
         # the models each model's accuracy and price are paired with, where samples had prices
         cost_references=snakemake.params.cost_references,
+        validation_curves=round_curves(snakemake.params.validation_runs, list(snakemake.input.validation)),
+        selections={
+            model: read_json(path)
+            for model, path in zip(snakemake.params.selected_rounds, snakemake.input.selections, strict=True)
+        },
     )
     logger.info("\n%s", table)

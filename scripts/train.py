@@ -28,6 +28,10 @@ with script_logging(snakemake.log[0]) as logger:
         processes=job.processes,
         distributed=job.distributed,
         nodes=job.nodes or 1,
+        # a training segment (<method>.training.eval_every_steps): where it stops, what it resumes, where its state goes
+        stop_at_step=snakemake.params.get("stop_at_step"),
+        resume_state=snakemake.input.resume[0] if snakemake.input.get("resume") else None,
+        state_dir=snakemake.output.get("state"),
         **(job.chat_tools or {}),
     )
     options = trainer_options(method, job, snakemake.params.judging)

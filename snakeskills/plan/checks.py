@@ -25,6 +25,7 @@ from snakeskills.plan.synthesis import check_synthesis
 from snakeskills.plan.teacher import check_teacher
 from snakeskills.plan.tools import check_tools
 from snakeskills.plan.training import check_methods
+from snakeskills.plan.validation import check_validation
 from snakeskills.plan.values import check_model_name, check_regex
 from snakeskills.prompts import resolve_prompt
 from snakeskills.registry import is_user_function, load_user_function
@@ -63,6 +64,7 @@ def check_config(
                 "problems with an expected answer: name an answer benchmark"
             )
     check_model_name(model["name"], "model.name")
+    check_validation(config)
     _check_splits(config)
     check_regex(config["judge"]["regex"], "judge.regex")
     _check_benchmark_questions(config)

@@ -37,6 +37,10 @@ class Layout:
     checkpoint: str = "models/{model}/checkpoint"
     adapter: str = "models/{model}/adapter"
     merged_model: str = "models/{model}/merged"
+    # a training segment's trainer state (weights, optimizer, scheduler, RNG), which the next segment resumes
+    trainer_state: str = "models/{model}/trainer-state"
+    # which of a segmented round's checkpoints its output model is (<method>.select) and why
+    selection: str = "models/{model}/selection.json"
     generation_settings: str = "settings/generate/{model}/{benchmark}/{split}.json"
     llm_judge_settings: str = "settings/llm_judge.json"
     generated: str = f"generate/{CHUNK}"

@@ -4,6 +4,7 @@ settings its answers are judged with, and every generation section in use."""
 from __future__ import annotations
 
 from snakeskills.judging.extractors import MULTICHOICE
+from snakeskills.plan.validation import evaluated_steps
 
 
 def required_splits(config: dict) -> dict[str, list[tuple[str, str]]]:
@@ -16,6 +17,9 @@ def required_splits(config: dict) -> dict[str, list[tuple[str, str]]]:
         tiny = config["tiny_model"]
         for key in ("bootstrap_split", "validation_split"):
             required[tiny["bootstrap_benchmark"]].append((tiny[key], f"tiny_model.{key}"))
+    if any(evaluated_steps(config, method) for method in config["methods"]) and config["validation_split"]:
+        for name in config["benchmarks"]:  # each round's checkpoints are evaluated on every benchmark
+            required[name].append((config["validation_split"], "validation_split"))
     return required
 
 

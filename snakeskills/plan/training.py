@@ -84,13 +84,15 @@ class TrainingPlan:
 
 
 # the training keys that change no weights and are left out of a rule's params, so that changing one (or a new
-# default of one) reruns no finished round; the job reads them from the config (``with_save_timer``)
+# default of one) reruns no finished round: the save timer, which the job reads from the config
+# (``with_save_timer``), and the steps evaluated on validation, which the plan turns into jobs (``plan.validation``)
 SAVE_TIMER = "checkpoint_minutes"
+NOT_DECIDING_WEIGHTS = (SAVE_TIMER, "eval_every_steps")
 
 
 def without_save_timer(training: dict) -> dict:
-    """A training section as a rule's params hold it: without ``checkpoint_minutes``."""
-    return {key: value for key, value in training.items() if key != SAVE_TIMER}
+    """A training section as a rule's params hold it: without ``checkpoint_minutes`` and ``eval_every_steps``."""
+    return {key: value for key, value in training.items() if key not in NOT_DECIDING_WEIGHTS}
 
 
 def with_save_timer(training: Trainer, config: dict, section: str) -> dict:

@@ -39,6 +39,7 @@ from snakeskills.results.run_warnings import (
     training_warnings,
 )
 from snakeskills.results.tool_metrics import is_tool_block, tool_use_table
+from snakeskills.results.validation_curves import add_validation_curves, curve_table
 
 
 def comparison_rows(summary: dict[str, dict]) -> list[list[str]]:
@@ -146,6 +147,8 @@ def write_comparison(
     training_data=None,
     benchmark_judges=None,
     cost_references=(),
+    validation_curves=None,
+    selections=None,
 ) -> str:
     """Collect per-(model, benchmark) metrics into ``{model: {benchmark: {eval_mode: {metric}}}}``, with each model's
     paired comparison against the base model (the teacher's lead too) under ``"<benchmark>/paired_gain"`` and every
@@ -156,7 +159,9 @@ def write_comparison(
     ``sections``: {method: config section}). ``method_pairs`` ((model, other) rounds of the same number) are compared
     paired too, ``training_costs`` ({model: cost}) go under ``"training/cost"``, and where samples had prices, accuracy
     against price paired with each of ``cost_references`` under
-    ``"<benchmark>/accuracy_cost"`` (``add_accuracy_cost``)."""
+    ``"<benchmark>/accuracy_cost"`` (``add_accuracy_cost``). ``validation_curves`` ({round: its checkpoints' validation
+    scores}) and ``selections`` ({round: its selection.json}) go under each round and into a table
+    (``validation_curves``)."""
 
     summary: dict[str, dict] = {}
     problems = {}
@@ -188,6 +193,8 @@ def write_comparison(
         table += "\ntraining methods compared (rounds of the same number, paired over the same problems)\n"
         table += "\n".join(method_lines) + "\n"
     table += format_costs(training_costs or {})
+    add_validation_curves(summary, validation_curves or {}, selections or {})
+    table += curve_table(validation_curves or {}, selections or {})
     for path in funnel_paths:
         table += "\n" + Path(path).read_text(encoding="utf-8")
     warnings = gather_warnings(

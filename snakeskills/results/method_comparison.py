@@ -34,8 +34,11 @@ COST_COLUMNS = {
     "train_tokens": "tokens the trainer fed the model, prompts and answers (sampled completions for GRPO), padding "
     "left out (TRL's num_tokens); blank for a run resumed from a checkpoint, whose trainer counts from the resume",
     "optimizer_steps": "optimizer steps the trainer took",
-    "wall_seconds": "seconds the trainer ran (since the resume, for a run resumed from a checkpoint); the data "
-    "rules and the samples they read are not in it",
+    "wall_seconds": "seconds the trainer ran (since the resume, for a run resumed from a checkpoint; a round trained "
+    "in segments: all of them); the data rules and the samples they read are not in it",
+    "validation_seconds": "seconds the generate and judge jobs evaluating the round's checkpoints on validation_split "
+    "ran (<method>.training.eval_every_steps; each job's log, first line to last: a model server that several jobs "
+    "share loads outside them)",
 }
 
 

@@ -118,6 +118,25 @@ def paired_bootstrap(
     }
 
 
+def pass_at_1_interval(
+    scores: ProblemScores, *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
+) -> dict:
+    """One model's pass@1[avg-of-n] in percent with its bootstrap interval over problems (the draws of
+    ``paired_bootstrap``, summed in integers: the same interval on every machine)."""
+    num_problems = len(scores.ids)
+    denominator = int(np.lcm.reduce(scores.samples))
+    numerators = scores.correct * (denominator // scores.samples)
+    scale = 100.0 / (denominator * num_problems)
+    low, high = _interval(_resampled_sums(numerators, resamples), confidence) * scale
+    return {
+        "pass@1": round(float(numerators.sum() * scale), 4),
+        "ci_low": round(float(low), 4),
+        "ci_high": round(float(high), 4),
+        "confidence": confidence,
+        "problems": num_problems,
+    }
+
+
 def paired_cost_difference(
     reference: ProblemScores, model: ProblemScores, *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
 ) -> dict:

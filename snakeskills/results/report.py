@@ -357,6 +357,60 @@ def plot_training_curves(histories: dict[str, list[dict]], methods: dict[str, st
     _save(figure, output_path)
 
 
+def plot_validation_curves(
+    summary: dict, histories: dict[str, list[dict]], methods: dict[str, str], output_path: str | Path
+) -> None:
+    """Learning curves of the rounds trained in segments (``<method>.training.eval_every_steps``): in the first panel
+    each round's mean validation pass@1 by optimizer step (step 0: the model it started from) with its 95% interval
+    (one benchmark) and its output model circled (the summary's ``validation/curve`` and ``validation/selection``);
+    beside it one panel per method with its rounds' training curves (``training_curve``: loss, reward, ...) on the
+    same steps, the evaluated steps as faint lines."""
+    from snakeskills.results.validation_curves import VALIDATION_CURVE, VALIDATION_SELECTION
+
+    rounds = [model for model in histories if VALIDATION_CURVE in summary.get(model, {})]
+    used = list(dict.fromkeys(methods[model] for model in rounds))
+    figure, axes = _figure(1 + max(1, len(used)))
+    left = axes[0]
+    if not rounds:
+        for axis in axes:
+            _empty(axis, "no round evaluated on validation")
+        _save(figure, output_path)
+        return
+    colors = _model_colors(rounds)
+    for model in rounds:
+        curve = summary[model][VALIDATION_CURVE]
+        steps = [entry["step"] for entry in curve]
+        means = [entry["mean"] for entry in curve]
+        left.plot(steps, means, marker="o", color=colors[model], label=model)
+        if all(len(entry["benchmarks"]) == 1 for entry in curve):
+            scores = [next(iter(entry["benchmarks"].values())) for entry in curve]
+            lows, highs = [score["ci_low"] for score in scores], [score["ci_high"] for score in scores]
+            left.fill_between(steps, lows, highs, color=colors[model], alpha=0.15)
+        selection = summary[model].get(VALIDATION_SELECTION)
+        if selection is not None:
+            chosen = steps.index(selection["selected_step"])
+            left.scatter([steps[chosen]], [means[chosen]], s=180, facecolors="none", edgecolors=colors[model])
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("validation pass@1 (%)")
+    left.set_title("held-out accuracy (circled: output model)")
+    left.legend(fontsize=7)
+    for axis, method in zip(axes[1:], used, strict=True):
+        label = training_method(method).curves[0][1]
+        for model in rounds:
+            if methods[model] != method:
+                continue
+            label, points = training_curve(method, histories[model])
+            if points:
+                axis.plot(*zip(*points, strict=True), marker=".", color=colors[model], label=model)
+            for entry in summary[model][VALIDATION_CURVE]:
+                axis.axvline(entry["step"], color=colors[model], alpha=0.2, linewidth=0.8)
+        axis.set_xlabel("optimizer step")
+        axis.set_ylabel(label)
+        axis.set_title(f"{method}: {label}")
+        axis.legend(fontsize=7)
+    _save(figure, output_path)
+
+
 def describe_pass_at_1(summary: dict) -> str:
     """The pass@1 plot's points as text, one line each, for the job log."""
     return "\n".join(

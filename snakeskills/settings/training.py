@@ -41,6 +41,7 @@ class Trainer(Section):
     max_length: int | None = optional()  # SFT, DPO, KTO
     packing: bool | None = optional()  # SFT, DPO, KTO
     checkpoint_minutes: float | None = optional()
+    eval_every_steps: int | list | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,6 +86,16 @@ class TrainingMethod:
         """The regular expression of its rounds' names (the training rule's wildcard constraint)."""
         return rf"{self.round_prefix}round\d+"
 
+    def checkpoint_model_name(self, round_number: int, step: int) -> str:
+        """The name of round ``round_number``'s weights after optimizer step ``step`` (a checkpoint evaluated on the
+        validation split: ``<method>.training.eval_every_steps``), e.g. sft-round1-step40."""
+        return f"{self.tuned_model_name(round_number)}-step{step}"
+
+    @property
+    def checkpoint_model_pattern(self) -> str:
+        """The regular expression of its rounds' checkpoints' names (the training segment rule's constraint)."""
+        return rf"{self.round_prefix}round\d+-step\d+"
+
     def trainer_module(self):
         return importlib.import_module(self.trainer)
 
@@ -191,6 +201,16 @@ def training_method(name: str) -> TrainingMethod:
     if name not in TRAINING_METHODS:
         raise SnakeskillsError(f"training method {name!r} is not one of {', '.join(TRAINING_METHODS)}")
     return TRAINING_METHODS[name]
+
+
+def checkpoint_model_parts(model: str) -> tuple[str, int, int] | None:
+    """(method, round, step) of a round's checkpoint's name (``TrainingMethod.checkpoint_model_name``); ``None`` for
+    any other name."""
+    for method in TRAINING_METHODS.values():
+        match = re.fullmatch(rf"{re.escape(method.round_prefix)}round(\d+)-step(\d+)", model)
+        if match:
+            return method.name, int(match.group(1)), int(match.group(2))
+    return None
 
 
 def tuned_model_parts(model: str) -> tuple[str, int] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,6 +47,11 @@ class RoundRun:
     # template that replaces the model's (``Round.chat_tools``)
     functions: list | None = None
     template: str | None = None
+    # a training segment (plan/validation.py): the step it stops at, the previous segment's trainer state it resumes
+    # (None for the first), and the folder its own trainer state goes to for the next one
+    stop_at_step: int | None = None
+    resume_state: str | None = None
+    state_dir: str | None = None
 
     def prompt_format(self) -> dict:
         """How the round's prompts become token ids: ``prompts.encode_messages``' keyword arguments."""
@@ -62,8 +68,9 @@ class RoundRun:
     def identity(self) -> dict:
         """What the round's model is, for its checkpoints' fingerprint: the model folders by identity (a re-trained
         adapter or checkpoint is a new folder, renamed into place), lora or full, and the LoRA settings."""
+        folders = [self.base_model_path, *(path for path in (self.init_path, self.resume_state) if path is not None)]
         return {
-            "models": fingerprint([self.base_model_path, *([] if self.init_path is None else [self.init_path])], {}),
+            "models": fingerprint(folders, {}),
             "method": self.weights,
             "lora": self.lora if self.weights == "lora" else None,
         }
@@ -106,14 +113,72 @@ def run_round(run: RoundRun, method: str, build_trainer) -> dict:
         run.weights, run.base_model_path, run.init_path, run.lora, run.dtype, run.trust_remote_code
     )
     trainer, resume_from, num_examples = build_trainer(model, tokenizer)
+    if run.stop_at_step is not None:
+        resume_from = segment_start(trainer, resume_from, run)
     metrics = run_trainer(trainer, resume_from, num_examples)
     metrics["method"] = run.weights  # named as its config key, <method>.method
     metrics["training_method"] = method
     if hasattr(trainer, "completions_sampled"):
         metrics["completions_sampled"] = trainer.completions_sampled
     metrics["init_path"] = run.init_path
+    if run.stop_at_step is not None:
+        metrics["segment"] = {"stop_at_step": run.stop_at_step, "resumed_state": run.resume_state}
+        keep_segment_state(trainer, run.state_dir)
     save_tuned(trainer, run.output_dir, tokenizer=tokenizer, metrics=metrics, stored_dtype=stored_dtype)
     return metrics
+
+
+def segment_start(trainer, resume_from: str | None, run: RoundRun) -> str | None:
+    """Where a training segment (``run.stop_at_step``) starts: its own newest checkpoint (a rerun after a kill inside
+    it), else the previous segment's trainer state (``run.resume_state``; none for the first segment). A checkpoint of
+    its own already at its stop step (a kill after it was saved) is dropped and the one before it taken: the Trainer
+    always takes a step before it stops. The segment stops at its step and saves its trainer state there
+    (``segment_end``)."""
+    from snakeskills.training.checkpoints import CHECKPOINT_NAME, last_complete_checkpoint
+
+    while resume_from is not None and int(CHECKPOINT_NAME.match(Path(resume_from).name).group(1)) >= run.stop_at_step:
+        if trainer.is_world_process_zero():
+            logger.info("dropping checkpoint %s: it is at the segment's end, step %d", resume_from, run.stop_at_step)
+        trainer.accelerator.wait_for_everyone()
+        if trainer.is_world_process_zero():
+            shutil.rmtree(resume_from)
+        trainer.accelerator.wait_for_everyone()
+        resume_from = last_complete_checkpoint(trainer.args.output_dir)
+    trainer.add_callback(segment_end(run.stop_at_step))
+    return resume_from if resume_from is not None else run.resume_state
+
+
+def segment_end(step: int):
+    """A TrainerCallback that ends the training at optimizer step ``step`` with a checkpoint of it (the trainer state
+    the next segment resumes: ``keep_segment_state``)."""
+    from transformers import TrainerCallback
+
+    class SegmentEnd(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= step:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return SegmentEnd()
+
+
+def keep_segment_state(trainer, state_dir: str | Path) -> None:
+    """Move the checkpoint a segment ended with (``segment_end``) from the trainer's folder to ``state_dir``, where
+    the next segment resumes it."""
+    from snakeskills.training.checkpoints import last_complete_checkpoint
+
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        checkpoint = last_complete_checkpoint(trainer.args.output_dir)
+        step = trainer.state.global_step
+        if checkpoint is None or not checkpoint.endswith(f"checkpoint-{step}"):
+            raise SnakeskillsError(f"the training segment ended at step {step} without its checkpoint ({checkpoint})")
+        state_dir = Path(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        state_dir.parent.mkdir(parents=True, exist_ok=True)
+        Path(checkpoint).rename(state_dir)
+    trainer.accelerator.wait_for_everyone()
 
 
 def trainer_options(method: str, settings: Round, judging: dict) -> dict:
