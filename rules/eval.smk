@@ -8,8 +8,8 @@ rule eval:
         tuned=PLAN.training_outputs(),
         training_data=[PLAN.training_data_stats(model) for model in PLAN.tuned_models],
         # each checkpoint's scores on the validation split, and which step each segmented round's output model is
-        validation=PLAN.validation_targets(),
-        selections=PLAN.selection_files(),
+        validation=PLAN.curves.validation_targets(),
+        selections=PLAN.curves.selection_files(),
     output:
         summary=LAYOUT.summary,
         table=LAYOUT.summary_table,
@@ -31,9 +31,9 @@ rule eval:
         warnings=config["warnings"],
         benchmark_judges={name: spec["judge"] for name, spec in config["benchmarks"].items()},
         cost_references=PLAN.cost_references(),
-        validation_runs=PLAN.validation_runs(),
-        selected_rounds=PLAN.validated_rounds(),
-        validation_logs={model: PLAN.validation_job_logs(model) for model in PLAN.validated_rounds()},
+        validation_runs=PLAN.curves.validation_runs(),
+        selected_rounds=PLAN.curves.validated_rounds(),
+        validation_logs={model: PLAN.curves.validation_job_logs(model) for model in PLAN.curves.validated_rounds()},
     log:
         LOGS / "eval/summary.log",
     conda:

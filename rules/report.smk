@@ -119,7 +119,7 @@ rule plot_training_curves:
 rule plot_validation_curves:
     input:
         summary=LAYOUT.summary,
-        tuned=[PLAN.training_output(PLAN.tuned_parts(m)[0]).format(model=m) for m in PLAN.validated_rounds()],
+        tuned=[PLAN.training_output(PLAN.tuned_parts(m)[0]).format(model=m) for m in PLAN.curves.validated_rounds()],
     output:
         plot=report(
             LAYOUT.plot.format(plot="validation_curves"),
@@ -128,8 +128,8 @@ rule plot_validation_curves:
             labels={"plot": "validation curves"},
         ),
     params:
-        models=PLAN.validated_rounds(),
-        methods={model: PLAN.tuned_parts(model)[0] for model in PLAN.validated_rounds()},
+        models=PLAN.curves.validated_rounds(),
+        methods={model: PLAN.tuned_parts(model)[0] for model in PLAN.curves.validated_rounds()},
     log:
         LOGS / "report/validation_curves.log",
     conda:

@@ -6,7 +6,7 @@
 # ordinary generate/judge/summarize jobs; select_<method> then makes the round's output from one of them
 # (<method>.select: last, or best_validation). snakeskills/plan/validation.py has the plan.
 for method in PLAN.methods:
-    segmented = PLAN.segmented(method)
+    segmented = PLAN.curves.segmented(method)
 
     rule:
         name:
@@ -15,7 +15,7 @@ for method in PLAN.methods:
             data=lambda w: PLAN.training_data(w.model),  # the method's data rule's output
             model=PLAN.base_model_inputs(),
             init=lambda w: PLAN.training_init(w.model),  # init continue: the same method's previous round's output
-            resume=lambda w: PLAN.segment_resume(w.model) if segmented_model(w.model) else [],
+            resume=lambda w: PLAN.curves.segment_resume(w.model) if segmented_model(w.model) else [],
         output:
             tuned=directory(PLAN.training_output(method)),
             **({"state": temp(directory(LAYOUT.trainer_state))} if segmented else {}),
@@ -28,7 +28,7 @@ for method in PLAN.methods:
             chat_template=config["prompt"]["chat_template"],
             chat_template_kwargs=config["prompt"]["chat_template_kwargs"],
             # a segment: the step it stops at (a round trained in one job has no such param)
-            **({"stop_at_step": lambda w: PLAN.checkpoint_step(w.model)} if segmented else {}),
+            **({"stop_at_step": lambda w: PLAN.curves.checkpoint_step(w.model)} if segmented else {}),
         log:
             LOGS / f"{method}/{{model}}.log",
         wildcard_constraints:
@@ -54,13 +54,13 @@ for method in PLAN.methods:
             name:
                 f"select_{method}"
             input:
-                unpack(lambda w: PLAN.selection_inputs(w.model)),
+                unpack(lambda w: PLAN.curves.selection_inputs(w.model)),
             output:
                 tuned=directory(PLAN.training_output(method)),
                 selection=LAYOUT.selection,
             params:
                 select=config[method]["select"],
-                steps=lambda w: [PLAN.checkpoint_step(c) for c in PLAN.round_checkpoints(w.model)],
+                steps=lambda w: [PLAN.curves.checkpoint_step(c) for c in PLAN.curves.round_checkpoints(w.model)],
                 benchmarks=PLAN.benchmarks,
             log:
                 LOGS / f"select_{method}/{{model}}.log",

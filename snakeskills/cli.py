@@ -110,6 +110,20 @@ def run_generate(arguments: argparse.Namespace) -> None:
 
     with script_logging(arguments.log) as logger:
         job = GenerationJob.from_json(arguments.settings)
+        reuse_key = None
+        if job.reuse_by_content:  # a round's checkpoint: the rows of an earlier run with the same weights
+            from snakeskills.generation import reuse
+            from snakeskills.io import read_json
+
+            reuse_key = reuse.content_key(
+                read_json(arguments.settings),
+                weights=job.adapter_path or job.model_path,
+                base_model=job.model_path if job.adapter_path else None,
+                split=job.split,
+                wildcards=arguments.wildcards,
+            )
+            if reuse.restore(arguments.output, reuse_key):
+                return
         prompt = job.prompt
         if job.tools is not None:  # with tools.format chat_template, the prompt offers the tools as functions
             from snakeskills.tools.functions import prompt_with_functions
@@ -140,6 +154,8 @@ def run_generate(arguments: argparse.Namespace) -> None:
             price=job.price,
         )
         logger.info("generate done: %s", counts)
+        if reuse_key is not None:
+            reuse.keep(arguments.output, reuse_key)
 
 
 def run_judge(arguments: argparse.Namespace) -> None:

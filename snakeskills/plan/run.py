@@ -13,7 +13,7 @@ from snakeskills.plan.synthesis import SynthesisPlan
 from snakeskills.plan.teacher import TeacherPlan
 from snakeskills.plan.tools import ToolsPlan
 from snakeskills.plan.training import TrainingPlan, without_save_timer
-from snakeskills.plan.validation import evaluated_steps
+from snakeskills.plan.validation import CurvesPlan
 from snakeskills.prompts import resolve_prompt
 from snakeskills.settings.generation import Generation
 from snakeskills.settings.jobs import GenerationJob, LLMJudge, LLMJudgeJob
@@ -41,9 +41,7 @@ class Plan:
         self.models = [self.base_model, *self.tuned_models]
         self.benchmarks = list(config["benchmarks"])
         self.trainings = {method: TrainingPlan(config, layout, method) for method in self.methods}
-        # the optimizer steps each method's rounds are evaluated at on the validation split (none: one training job)
-        self.evaluated_steps = {method: evaluated_steps(config, method) for method in self.methods}
-        self.validation_split: str | None = config["validation_split"]
+        self.curves = CurvesPlan(config, self)  # checkpoints evaluated on validation as rounds train
         teacher = config["teacher"]
         self.teacher = TeacherPlan(teacher, settings.teacher_tools) if teacher is not None else None
         self.synthesis = SynthesisPlan(config, self) if config["synthesis"] is not None else None
@@ -74,7 +72,7 @@ class Plan:
         ] + (["synthesis_funnel"] if self.synthesis is not None else [])
         self.report_plots += ["tool_use"] if self.tools is not None else []
         self.report_plots += ["accuracy_cost"] if self.cost_references() else []
-        self.report_plots += ["validation_curves"] if self.validated_rounds() else []
+        self.report_plots += ["validation_curves"] if self.curves.validated_rounds() else []
 
     # ---- models and rounds
 
@@ -96,114 +94,17 @@ class Plan:
     @staticmethod
     def tuned_parts(model: str) -> tuple[str, int]:
         """(training method, round) of a tuned model, or of one of its round's checkpoints."""
-        parts = tuned_model_parts(model)
+        checkpoint = checkpoint_model_parts(model)
+        parts = tuned_model_parts(model) or (checkpoint[:2] if checkpoint else None)
         if parts is None:
-            checkpoint = checkpoint_model_parts(model)
-            if checkpoint is None:
-                raise ValueError(f"{model!r} is not a tuned model's name")
-            parts = checkpoint[:2]
+            raise ValueError(f"{model!r} is not a tuned model's name")
         return parts
 
-    # ---- checkpoints evaluated during training (plan.validation)
-
-    def segmented(self, method: str) -> bool:
-        """Whether ``method``'s rounds train in segments whose checkpoints are evaluated on the validation split."""
-        return bool(self.evaluated_steps.get(method))
-
-    def round_checkpoints(self, model: str) -> list[str]:
-        """A tuned round's checkpoints, by step (none where its method evaluates none)."""
+    def training_data(self, model: str, kind: str = "data") -> str:
+        """The data file (``kind`` "stats": stats.json) a round or one of its segments trains on: its data rule's."""
         method, round_number = self.tuned_parts(model)
         entry = TRAINING_METHODS[method]
-        return [entry.checkpoint_model_name(round_number, step) for step in self.evaluated_steps[method]]
-
-    def validated_rounds(self) -> list[str]:
-        """The rounds trained in segments, whose checkpoints are evaluated on the validation split."""
-        return [model for model in self.tuned_models if self.segmented(self.tuned_parts(model)[0])]
-
-    def checkpoint_models(self) -> list[str]:
-        """Every round's checkpoints, round by round in ``tuned_models`` order."""
-        return [checkpoint for model in self.tuned_models for checkpoint in self.round_checkpoints(model)]
-
-    @staticmethod
-    def checkpoint_round(checkpoint: str) -> str:
-        """The round a checkpoint belongs to (sft-round1 for sft-round1-step40)."""
-        method, round_number, _ = checkpoint_model_parts(checkpoint)
-        return TRAINING_METHODS[method].tuned_model_name(round_number)
-
-    @staticmethod
-    def checkpoint_step(checkpoint: str) -> int:
-        return checkpoint_model_parts(checkpoint)[2]
-
-    def segment_resume(self, checkpoint: str) -> list[str]:
-        """What a training segment resumes: the previous checkpoint's trainer state (none for the first)."""
-        checkpoints = self.round_checkpoints(self.checkpoint_round(checkpoint))
-        index = checkpoints.index(checkpoint)
-        return [self.layout.trainer_state.format(model=checkpoints[index - 1])] if index else []
-
-    def training_data(self, model: str) -> str:
-        """The data file a round (or one of its checkpoints' segments) trains on: its method's data rule's output."""
-        method, round_number = self.tuned_parts(model)
-        entry = TRAINING_METHODS[method]
-        return getattr(self.layout, entry.data).format(model=entry.tuned_model_name(round_number))
-
-    def validation_problem_files(self, model: str) -> list[str]:
-        """Each benchmark's problems.jsonl of a checkpoint on the validation split, in benchmark order."""
-        return [
-            self.layout.problem_scores.format(model=model, benchmark=benchmark, split=self.validation_split)
-            for benchmark in self.benchmarks
-        ]
-
-    def selection_inputs(self, model: str) -> dict[str, list[str]]:
-        """What a segmented round's output is chosen from: its checkpoints' weights and, to choose the best on
-        validation (<method>.select), their validation scores (so that select last waits for no evaluation)."""
-        checkpoints = self.round_checkpoints(model)
-        training = self.training_for(model)
-        inputs = {"checkpoints": [training.output.format(model=checkpoint) for checkpoint in checkpoints]}
-        if training.section["select"] == "best_validation":
-            inputs["validation"] = [
-                path for checkpoint in checkpoints for path in self.validation_problem_files(checkpoint)
-            ]
-        return inputs
-
-    def validation_runs(self) -> list[tuple[str, str, int, str]]:
-        """(round, model, step, benchmark) of every evaluation on the validation split a learning curve reads, in
-        ``validation_targets`` order: each segmented round's starting model as step 0 (the base model, or the
-        previous round's output model), then its checkpoints."""
-        return [
-            (model, evaluated, step, benchmark)
-            for model in self.validated_rounds()
-            for evaluated, step in [
-                (self.parent_model(model), 0),
-                *((checkpoint, self.checkpoint_step(checkpoint)) for checkpoint in self.round_checkpoints(model)),
-            ]
-            for benchmark in self.benchmarks
-        ]
-
-    def validation_job_logs(self, model: str) -> list[str]:
-        """The logs of the generate and judge jobs that evaluate a segmented round's checkpoints on the validation
-        split (their seconds are the round's evaluation cost)."""
-        split, chunks = self.validation_split, self.config["num_chunks"]
-        rules = ["generate", "judge"] + (["llm_judge"] if self.config["judge"]["llm"] is not None else [])
-        return [
-            f"{self.layout.logs}/{rule}/{checkpoint}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{chunks}.log"
-            for checkpoint in self.round_checkpoints(model)
-            for benchmark in self.benchmarks
-            for seed in self.seeds(checkpoint, split)
-            for chunk in range(chunks)
-            for rule in rules
-        ]
-
-    def validation_targets(self) -> list[str]:
-        """Each problems.jsonl on the validation split a learning curve reads, in ``validation_runs`` order (a
-        model shared by several curves, the base model, appears once per curve)."""
-        return [
-            self.layout.problem_scores.format(model=evaluated, benchmark=benchmark, split=self.validation_split)
-            for _, evaluated, _, benchmark in self.validation_runs()
-        ]
-
-    def selection_files(self) -> list[str]:
-        """The selection.json of every segmented round (which step its output model is)."""
-        return [self.layout.selection.format(model=model) for model in self.validated_rounds()]
+        return getattr(self.layout, getattr(entry, kind)).format(model=entry.tuned_model_name(round_number))
 
     def method_models(self, method: str) -> list[str]:
         """``method``'s rounds, in order (none when ``methods`` does not list it)."""
@@ -380,6 +281,7 @@ class Plan:
             allow_empty_chunk=synthesis_split_part(split) is not None,
             tools=self.generation_tools(model, split),
             price=self.tools.price(model) if self.tools is not None else None,
+            reuse_by_content=True if self.curves.reused_by_content(model) else None,
         ).to_dict()
 
     def generation_tools(self, model: str, split: str) -> Tools | None:
@@ -547,9 +449,7 @@ class Plan:
 
     def training_data_stats(self, model: str) -> str:
         """What a tuned model's training data counted (its method's stats.json: SFT examples, DPO pairs, ...)."""
-        method, round_number = self.tuned_parts(model)
-        entry = TRAINING_METHODS[method]
-        return getattr(self.layout, entry.stats).format(model=entry.tuned_model_name(round_number))
+        return self.training_data(model, "stats")
 
     def method_comparisons(self) -> list[tuple[str, str]]:
         """(model, other) pairs of the same round trained by different methods, each later method against each
@@ -590,8 +490,8 @@ class Plan:
             layout.summary,
             layout.summary_table,
             *train_metrics,
-            *self.validation_targets(),
-            *self.selection_files(),
+            *self.curves.validation_targets(),
+            *self.curves.selection_files(),
             *plots,
             layout.samples,
             *tuned,

@@ -13,8 +13,8 @@ from snakeskills.settings.tools import Price, ServedModel, Tools
 @dataclass(frozen=True)
 class GenerationJob(Section):
     """A model's generate jobs on one split: the prepared split, the model and where its weights are, its generation
-    section, its resolved prompt, whether a chunk may be empty (a synthesis split's), its tools and its price (a
-    model tool answering alone)."""
+    section, its resolved prompt, whether a chunk may be empty (a synthesis split's), its tools, its price (a
+    model tool answering alone), and whether a finished job's rows are reused by content (a round's checkpoint)."""
 
     split: str
     model: dict
@@ -25,6 +25,9 @@ class GenerationJob(Section):
     allow_empty_chunk: bool
     tools: Tools | None
     price: Price | None
+    # a round's checkpoint (plan/validation.py): a rerun that reaches the same weights reuses its rows
+    # (generation/reuse.py); absent for every other model
+    reuse_by_content: bool | None = optional()
 
 
 @dataclass(frozen=True)

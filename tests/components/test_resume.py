@@ -405,3 +405,37 @@ def _parses(path: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ---------------------------------------------------------------- a round trained in segments (eval_every_steps)
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_sft_in_segments_ends_with_one_jobs_weights(tiny_checkpoint, sft_data, tmp_path, method):
+    """A round trained in segments (plan/validation.py: each job stops at its step and the next resumes its trainer
+    state) ends with the weights one job trains, bit for bit, and each segment's weights are its step's."""
+    import torch
+
+    training = {**TRAINING, "max_steps": 30, "checkpoint_steps": 0}
+    whole = tmp_path / "whole" / "tuned"
+    train_sft(RoundRun(**{**_arguments(tiny_checkpoint, sft_data, whole, method), "training": training}))
+    resume, histories = None, []
+    for step in (10, 25, 30):
+        folder = tmp_path / f"step{step}"
+        arguments = _arguments(tiny_checkpoint, sft_data, folder / "tuned", method)
+        state = folder / "trainer-state"
+        metrics = train_sft(
+            RoundRun(
+                **{**arguments, "training": training},
+                stop_at_step=step,
+                resume_state=resume,
+                state_dir=str(state),
+            )
+        )
+        assert metrics["global_step"] == step and metrics["segment"]["resumed_state"] == resume
+        assert json.loads((state / "trainer_state.json").read_text())["global_step"] == step
+        assert not (folder / ".tuned-trainer").exists(), "the segment's own checkpoints are dropped"
+        histories.append(metrics["log_history"])
+        resume = str(state)
+    expected, actual = _tuned_weights(whole), _tuned_weights(tmp_path / "step30" / "tuned")
+    assert expected.keys() == actual.keys()
+    assert not [name for name in expected if not torch.equal(expected[name], actual[name])]
+    assert max(entry.get("step", 0) for entry in histories[-1]) == 30, "the last segment logs the whole round"

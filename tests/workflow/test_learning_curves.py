@@ -52,15 +52,19 @@ def plan_of(config: dict) -> Plan:
 
 def test_each_round_is_trained_in_segments_evaluated_on_validation():
     plan = plan_of(curves_config(rounds=2))
-    assert plan.round_checkpoints("grpo-round2") == ["grpo-round2-step8", "grpo-round2-step16", "grpo-round2-step24"]
-    assert plan.validated_rounds() == plan.tuned_models
+    assert plan.curves.round_checkpoints("grpo-round2") == [
+        "grpo-round2-step8",
+        "grpo-round2-step16",
+        "grpo-round2-step24",
+    ]
+    assert plan.curves.validated_rounds() == plan.tuned_models
     results = "results/tiny-arithmetic-methods"
     # a segment resumes the previous one's trainer state; round 2's first starts from round 1's output model
-    assert plan.segment_resume("grpo-round2-step8") == []
-    assert plan.segment_resume("grpo-round2-step16") == [f"{results}/models/grpo-round2-step8/trainer-state"]
+    assert plan.curves.segment_resume("grpo-round2-step8") == []
+    assert plan.curves.segment_resume("grpo-round2-step16") == [f"{results}/models/grpo-round2-step8/trainer-state"]
     assert plan.training_data("sft-round2-step20") == f"{results}/sft/sft-round2/data.jsonl"
     assert plan.generation_adapter_path("sft-round1-step20") == f"{results}/models/sft-round1-step20/adapter"
-    assert plan.selection_inputs("sft-round1") == {
+    assert plan.curves.selection_inputs("sft-round1") == {
         "checkpoints": [f"{results}/models/sft-round1-step20/adapter", f"{results}/models/sft-round1-step40/adapter"],
         "validation": [
             f"{results}/metrics/sft-round1-step20/arithmetic/validation/problems.jsonl",
@@ -77,7 +81,7 @@ def test_each_round_is_trained_in_segments_evaluated_on_validation():
     # select last waits for no validation
     config = curves_config()
     config["sft"]["select"] = "last"
-    assert set(plan_of(config).selection_inputs("sft-round1")) == {"checkpoints"}
+    assert set(plan_of(config).curves.selection_inputs("sft-round1")) == {"checkpoints"}
 
 
 def test_without_eval_every_steps_the_plan_is_as_before():
@@ -86,7 +90,11 @@ def test_without_eval_every_steps_the_plan_is_as_before():
         del config[method]["training"]["eval_every_steps"]
         config[method]["select"] = "last"
     plan = plan_of(config)
-    assert plan.validated_rounds() == [] and plan.checkpoint_models() == [] and plan.selection_files() == []
+    assert (
+        plan.curves.validated_rounds() == []
+        and plan.curves.checkpoint_models() == []
+        and plan.curves.selection_files() == []
+    )
     assert "validation_curves" not in plan.report_plots
     settings = plan.training_for("sft-round1").training_config(gpus_available=False)
     assert "eval_every_steps" not in settings["training"], "a rule's params hold no key that decides no weights"
