@@ -2,11 +2,11 @@
 
 Fast: the plan (the checkpoints of each round, the segment each resumes, what the selection reads, the targets, the
 test split evaluated for the rounds only) and the DAG of a dry run. Slow: the tiny methods example with sft and grpo
-evaluated every few steps, continued from the default run: killed (SIGKILL of the whole process group) once some
-checkpoints were evaluated and a later segment trains, then rerun; the rerun evaluates no finished checkpoint again
-(counted from Snakemake's own logs), each method has its curve in eval/summary.txt and summary.json and the report's
-figure, the step chosen on validation is printed, and the test split is evaluated once per round, for its output
-model.
+evaluated every few steps, continued from the default run up to grpo's first checkpoint evaluated, then killed
+(SIGKILL of the whole process group) while a later segment trains, then rerun: the rerun evaluates no finished
+checkpoint again (counted from Snakemake's own logs); each method has its curve in eval/summary.txt, summary.json and
+the report's figure, the step chosen on validation is printed, and the test split is evaluated for the rounds' output
+models only. Then ``-R sft`` trains sft's segments again to the same weights, and their evaluations are reused.
 """
 
 from __future__ import annotations
@@ -150,39 +150,38 @@ def run_log(workdir: Path, before: set[Path]) -> str:
 
 @pytest.fixture(scope="module")
 def curves_run(finished_run, tmp_path_factory) -> dict:
-    """The curves config continued from the default run's results: killed once a checkpoint's evaluation is done and a
-    later segment is training, then rerun to the end."""
+    """The curves config continued from the default run's results: first to grpo's first checkpoint evaluated
+    (``--notemp``: its trainer state stays for the next segment), then the whole run, killed with SIGKILL while a later
+    segment trains, then rerun to the end."""
     workdir = tmp_path_factory.mktemp("curves-run")
     shutil.copytree(finished_run / "results", workdir / "results", symlinks=True)
     configfile = write_config(workdir / "curves.yaml", curves_config(experiment="tiny-arithmetic"))
     results = workdir / RESULTS
     logs = workdir / ".snakemake" / "log"
+    first = f"{RESULTS}/metrics/grpo-round1-step8/arithmetic/validation/problems.jsonl"
+    started = run_snakemake(workdir, "--cores", "2", "--notemp", first, configfile=configfile)
+    assert started.returncode == 0, started.stdout[-5000:] + started.stderr[-5000:]
     command = snakemake_command(REPO / "Snakefile", workdir, configfile, "--cores", "2")
     process = subprocess.Popen(
         command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
 
-    def finished_evaluations() -> set[str]:
-        return {path.parts[-4] for path in results.glob("metrics/*-step*/arithmetic/validation/problems.jsonl")}
-
-    def later_segment_training(done: set[str]) -> bool:
-        # a segment whose log says it trains, of a round with a finished evaluation of an earlier checkpoint
-        for log in results.glob("logs/*/*-step*.log"):
-            if "resuming training from checkpoint" in log.read_text(errors="replace"):
-                return True
-        return False
+    def segment_training() -> bool:  # a segment job that started (its log) and has not finished
+        return any(
+            "job finished" not in log.read_text(errors="replace")
+            for log in (*results.glob("logs/sft/*-step*.log"), *results.glob("logs/grpo/*-step*.log"))
+        )
 
     deadline = time.monotonic() + 900
     killed_with: set[str] = set()
     while time.monotonic() < deadline and process.poll() is None:
-        done = finished_evaluations()
-        if done and later_segment_training(done):
+        if segment_training():
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            killed_with = done
+            killed_with = {path.parts[-4] for path in results.glob("metrics/*/arithmetic/validation/problems.jsonl")}
             break
-        time.sleep(0.5)
-    assert killed_with, "the run ended (or timed out) before a checkpoint was evaluated while a later segment trained"
+        time.sleep(0.2)
+    assert killed_with, "the run ended (or timed out) before a later segment trained"
     first_logs = set(logs.glob("*.snakemake.log"))
     assert run_snakemake(workdir, "--unlock", configfile=configfile).returncode == 0
     before = set(logs.glob("*.snakemake.log"))
@@ -199,6 +198,7 @@ def curves_run(finished_run, tmp_path_factory) -> dict:
 
 @pytest.mark.slow
 def test_a_rerun_after_a_kill_evaluates_no_finished_checkpoint_again(curves_run):
+    assert {"base", "grpo-round1-step8"} <= curves_run["killed_with"]
     again = {model for _, model in evaluated_jobs(curves_run["rerun_log"])} & curves_run["killed_with"]
     assert not again, f"evaluated again after the kill: {sorted(again)}"
     first = {model for _, model in evaluated_jobs(curves_run["first_log"])}
@@ -239,3 +239,18 @@ def test_each_method_has_its_curve_and_the_chosen_step_is_evaluated_on_test(curv
     assert summary["grpo-round1"]["training/cost"]["validation_seconds"] > 0
     # the trainer states between segments are gone once the next segment has read them
     assert not list(results.glob("models/*/trainer-state"))
+
+
+@pytest.mark.slow
+def test_a_round_retrained_to_the_same_weights_reuses_its_evaluations(curves_run):
+    """``-R sft`` trains sft's segments again, to the same weights bit for bit (SFT resumes exactly): their generate
+    jobs take the rows of the earlier run back without loading the model, and the curve is the same."""
+    results = curves_run["results"]
+    workdir = results.parents[1]
+    before = read_json(results / "eval" / "summary.json")["sft-round1"]["validation/curve"]
+    rerun = run_snakemake(workdir, "--cores", "2", "--forcerun", "sft", configfile=workdir / "curves.yaml")
+    assert rerun.returncode == 0, rerun.stdout[-5000:] + rerun.stderr[-5000:]
+    logs = sorted(results.glob("logs/generate/sft-round1-step*/arithmetic/validation/rs*/*.log"))
+    assert len(logs) == 2 * 4 * 2, logs  # 2 checkpoints x 4 seeds x 2 chunks, each run again
+    assert all("reused the rows of an earlier run of this job" in log.read_text() for log in logs)
+    assert read_json(results / "eval" / "summary.json")["sft-round1"]["validation/curve"] == before
