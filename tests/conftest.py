@@ -198,6 +198,15 @@ def checked_config(config: dict) -> dict:
     return config
 
 
+def checked_plan(config: dict):
+    """The plan of ``config`` (``checked_config``) under results/<experiment>, as the workflow makes it."""
+    from snakeskills.plan.layout import Layout
+    from snakeskills.plan.run import Plan
+
+    config = checked_config(config)
+    return Plan(config, Layout.under(f"results/{config['experiment']}"))
+
+
 def resolved_prompt(**settings) -> dict:
     """A ``prompt`` section of ``settings``, its other keys the schema's defaults (validated as the workflow does),
     resolved as a job gets it."""

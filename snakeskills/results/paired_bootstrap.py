@@ -104,10 +104,9 @@ def paired_bootstrap(
     # each problem's difference of shares as an integer over a common denominator: exact sums on every machine
     denominator = int(np.lcm.reduce(np.r_[base.samples, tuned.samples]))
     differences = tuned.correct * (denominator // tuned.samples) - base.correct * (denominator // base.samples)
-    scale = 100.0 / (denominator * num_problems)
-    low, high = _interval(_resampled_sums(differences, resamples), confidence) * scale
+    gain, low, high = _percent_interval(differences, denominator, resamples, confidence)
     return {
-        "gain": round(float(differences.sum() * scale), 4),
+        "gain": round(gain, 4),
         "ci_low": round(float(low), 4),
         "ci_high": round(float(high), 4),
         "confidence": confidence,
@@ -123,18 +122,23 @@ def pass_at_1_interval(
 ) -> dict:
     """One model's pass@1[avg-of-n] in percent with its bootstrap interval over problems (the draws of
     ``paired_bootstrap``, summed in integers: the same interval on every machine)."""
-    num_problems = len(scores.ids)
     denominator = int(np.lcm.reduce(scores.samples))
-    numerators = scores.correct * (denominator // scores.samples)
-    scale = 100.0 / (denominator * num_problems)
-    low, high = _interval(_resampled_sums(numerators, resamples), confidence) * scale
+    value, low, high = _percent_interval(scores.correct * (denominator // scores.samples), denominator, resamples, confidence)
     return {
-        "pass@1": round(float(numerators.sum() * scale), 4),
+        "pass@1": round(value, 4),
         "ci_low": round(float(low), 4),
         "ci_high": round(float(high), 4),
         "confidence": confidence,
-        "problems": num_problems,
+        "problems": len(scores.ids),
     }
+
+
+def _percent_interval(per_problem: np.ndarray, denominator: int, resamples: int, confidence: float):
+    """(mean, low, high) in percent of the problems' integer ``per_problem`` shares over ``denominator``: their mean and
+    its bootstrap interval (``_resampled_sums``, summed in integers: the same on every machine)."""
+    scale = 100.0 / (denominator * len(per_problem))
+    low, high = _interval(_resampled_sums(per_problem, resamples), confidence) * scale
+    return float(per_problem.sum() * scale), low, high
 
 
 def paired_cost_difference(

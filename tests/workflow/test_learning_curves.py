@@ -21,13 +21,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, checked_config, dry_run_counts, run_snakemake, write_config
+from conftest import REPO, checked_plan, dry_run_counts, run_snakemake, write_config
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json
 from snakeskills.job import snakemake_command
-from snakeskills.plan.layout import Layout
-from snakeskills.plan.run import Plan
 
 EXAMPLE = REPO / "config" / "examples" / "tiny-arithmetic-sft-dpo-kto-grpo.yaml"
 
@@ -45,13 +43,8 @@ def curves_config(**top) -> dict:
     return config
 
 
-def plan_of(config: dict) -> Plan:
-    config = checked_config(config)
-    return Plan(config, Layout.under(f"results/{config['experiment']}"))
-
-
 def test_each_round_is_trained_in_segments_evaluated_on_validation():
-    plan = plan_of(curves_config(rounds=2))
+    plan = checked_plan(curves_config(rounds=2))
     assert plan.curves.round_checkpoints("grpo-round2") == [
         "grpo-round2-step8",
         "grpo-round2-step16",
@@ -81,7 +74,7 @@ def test_each_round_is_trained_in_segments_evaluated_on_validation():
     # select last waits for no validation
     config = curves_config()
     config["sft"]["select"] = "last"
-    assert set(plan_of(config).curves.selection_inputs("sft-round1")) == {"checkpoints"}
+    assert set(checked_plan(config).curves.selection_inputs("sft-round1")) == {"checkpoints"}
 
 
 def test_without_eval_every_steps_the_plan_is_as_before():
@@ -89,7 +82,7 @@ def test_without_eval_every_steps_the_plan_is_as_before():
     for method in ("sft", "grpo"):
         del config[method]["training"]["eval_every_steps"]
         config[method]["select"] = "last"
-    plan = plan_of(config)
+    plan = checked_plan(config)
     assert (
         plan.curves.validated_rounds() == []
         and plan.curves.checkpoint_models() == []
@@ -109,7 +102,7 @@ def test_without_eval_every_steps_the_plan_is_as_before():
 )
 def test_validation_mistakes_stop_the_plan(change, message):
     with pytest.raises(SnakeskillsError, match=message):
-        plan_of(curves_config(**change))
+        checked_plan(curves_config(**change))
 
 
 def test_dry_run_plans_a_job_per_segment_and_one_selection_per_round(tmp_path):

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, checked_config, dry_run_counts, run_snakemake, write_config
+from conftest import REPO, checked_config, checked_plan, dry_run_counts, run_snakemake, write_config
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import iter_jsonl, read_json, write_jsonl
-from snakeskills.plan.layout import Layout
 from snakeskills.plan.run import Plan
 
 EXAMPLE = REPO / "config" / "examples" / "tiny-arithmetic-sft-dpo-kto-grpo.yaml"
@@ -38,8 +37,7 @@ def example_config(**top) -> dict:
 
 
 def plan_of(config: dict) -> Plan:
-    config = checked_config(config)
-    return Plan(config, Layout.under(f"results/{config['experiment']}"))
+    return checked_plan(config)
 
 
 # ---------------------------------------------------------------- the plan
