@@ -137,10 +137,9 @@ def segment_start(trainer, resume_from: str | None, run: RoundRun) -> str | None
     from snakeskills.training.checkpoints import CHECKPOINT_NAME, last_complete_checkpoint
 
     while resume_from is not None and int(CHECKPOINT_NAME.match(Path(resume_from).name).group(1)) >= run.stop_at_step:
-        if trainer.is_world_process_zero():
-            logger.info("dropping checkpoint %s: it is at the segment's end, step %d", resume_from, run.stop_at_step)
         trainer.accelerator.wait_for_everyone()
         if trainer.is_world_process_zero():
+            logger.info("dropping checkpoint %s: it is at the segment's end, step %d", resume_from, run.stop_at_step)
             shutil.rmtree(resume_from)
         trainer.accelerator.wait_for_everyone()
         resume_from = last_complete_checkpoint(trainer.args.output_dir)
