@@ -1,6 +1,7 @@
 """A learning curve on the real SmolLM2-135M-Instruct (config/examples/smollm2-135m-instruct-learning-curves.yaml).
 
-Usage: python3 bench/learning_curves.py [--cores 2] [--workdir DIR] [--output bench/results/learning-curves-smollm2.json]
+Usage: python3 bench/learning_curves.py [--cores 2] [--workdir DIR] [--output FILE]
+(default output: bench/results/learning-curves-smollm2.json).
 Runs the real `snakemake` on the example (sft.select: best_validation), then the same config with select: last in
 the same folder (the segments and their evaluations are done: only the selection and the output model's test
 evaluation run again), and reports each checkpoint's validation pass@1 with its interval, the step chosen, and the
