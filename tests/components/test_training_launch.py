@@ -10,10 +10,13 @@ import pytest
 from snakeskills.training import launch
 
 # a stand-in for a round's training module: each process fails before it records that it started (on the first
-# launch only, or always), else records its start and end and the main process writes the round's metrics
+# launch only, or always), else records its start and end and the main process writes the round's metrics. A failing
+# process waits until every process of its launch has said why before it exits: the launcher stops the others as soon
+# as one exits, so without the wait a slow process (a loaded machine) would be stopped before it marked or said
+# anything, and the test would depend on timing
 TRAINING_MODULE = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     from pathlib import Path
 
     from snakeskills.training.launch import record_rank
@@ -23,7 +26,12 @@ TRAINING_MODULE = textwrap.dedent(
     marker = folder / f"launched-{os.environ['RANK']}"
     if arguments["fail"] == "always" or not marker.exists():
         marker.write_text("")
-        print("ValueError: the round's data is missing", file=sys.stderr)
+        print("ValueError: the round's data is missing", file=sys.stderr, flush=True)
+        records = Path(arguments["records"])  # a fresh folder for each launch
+        (records / f"said-{os.environ['RANK']}").write_text("")
+        deadline = time.monotonic() + 120
+        while len(list(records.glob("said-*"))) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
         sys.exit(3)
     record_rank(arguments["records"], "started")
     if os.environ["RANK"] == "0":
