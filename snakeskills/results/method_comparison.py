@@ -76,13 +76,46 @@ def records_trained(metrics: dict, records: int) -> int:
 
 
 def trained_tokens(metrics: dict) -> int | None:
-    """The tokens a trainer fed the model over its run: TRL's running count (``num_tokens``), as last logged in the
-    metrics' ``log_history``; ``None`` where it logged none, or the run resumed from a checkpoint (TRL's SFT, DPO
-    and KTO trainers count from the resume)."""
-    if metrics.get("resumed_from_checkpoint"):
+    """The tokens a trainer fed the model over its round: TRL's running count (``num_tokens``), as last logged in the
+    metrics' ``log_history``; for a round trained in segments, the sum of its segments' (``round_train_tokens``,
+    ``segment_tokens``). ``None`` where it logged none, or the run resumed from a checkpoint and its trainer counts
+    from the resume (``TrainingMethod.counts_tokens_across_resumes``: TRL's SFT, DPO and KTO trainers)."""
+    if "round_train_tokens" in metrics:
+        return metrics["round_train_tokens"]
+    if metrics.get("resumed_from_checkpoint") and not _counts_across_resumes(metrics):
         return None
-    counts = [entry["num_tokens"] for entry in metrics.get("log_history", []) if "num_tokens" in entry]
-    return int(counts[-1]) if counts else None
+    counts = _token_counts(metrics)
+    return counts[-1][1] if counts else None
+
+
+def segment_tokens(metrics: dict, start_step: int) -> int | None:
+    """The tokens a training segment (a job that resumed the trainer state of step ``start_step``, 0 for the first)
+    trained itself, from its training_metrics.json; ``None`` as ``trained_tokens`` says, or where a trainer that
+    counts from the resume resumed anything but the previous segment's state (a rerun after a kill inside it)."""
+    counts = _token_counts(metrics)
+    if not counts:
+        return None
+    if _counts_across_resumes(metrics):  # the count restored with the state comes first in the log
+        before = [count for step, count in counts if step <= start_step]
+        return counts[-1][1] - (before[-1] if before else 0)
+    if metrics.get("resumed_from_checkpoint") not in (None, metrics.get("segment", {}).get("resumed_state")):
+        return None
+    own = [count for step, count in counts if step > start_step]
+    return own[-1] if own else None
+
+
+def _token_counts(metrics: dict) -> list[tuple[int, int]]:
+    """(step, num_tokens) of each log_history entry that has the count, in order."""
+    return [
+        (int(entry.get("step", 0)), int(entry["num_tokens"]))
+        for entry in metrics.get("log_history", [])
+        if "num_tokens" in entry
+    ]
+
+
+def _counts_across_resumes(metrics: dict) -> bool:
+    method = metrics.get("training_method")
+    return method in TRAINING_METHODS and TRAINING_METHODS[method].counts_tokens_across_resumes
 
 
 def cost_columns(costs: dict[str, dict]) -> dict[str, str]:

@@ -117,13 +117,13 @@ def paired_bootstrap(
     }
 
 
-def pass_at_1_interval(
-    scores: ProblemScores, *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE
-) -> dict:
+def pass_at_1_interval(scores: ProblemScores, *, resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> dict:
     """One model's pass@1[avg-of-n] in percent with its bootstrap interval over problems (the draws of
     ``paired_bootstrap``, summed in integers: the same interval on every machine)."""
     denominator = int(np.lcm.reduce(scores.samples))
-    value, low, high = _percent_interval(scores.correct * (denominator // scores.samples), denominator, resamples, confidence)
+    value, low, high = _percent_interval(
+        scores.correct * (denominator // scores.samples), denominator, resamples, confidence
+    )
     return {
         "pass@1": round(value, 4),
         "ci_low": round(float(low), 4),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import publish_directory, read_json, write_json
+from snakeskills.results.method_comparison import segment_tokens
 from snakeskills.results.metrics import aligned_rows
 from snakeskills.results.paired_bootstrap import pass_at_1_interval, read_problem_scores
 
@@ -60,8 +61,9 @@ def select_checkpoint(
 ) -> dict:
     """Make a segmented round's output model: a copy of the weights folder of its checkpoint at the chosen step
     (``choose_step``; ``validation``: each checkpoint's problems.jsonl per benchmark, checkpoint by checkpoint), whose
-    ``training_metrics.json`` is the whole round's (the last segment's, with the log of every step, its seconds summed
-    over the segments, the step chosen); writes ``selection_path`` saying which step and why. Returns the selection."""
+    ``training_metrics.json`` is the whole round's (the last segment's, with the log of every step, its seconds and
+    tokens trained summed over the segments, the step chosen); writes ``selection_path`` saying which step and why.
+    Returns the selection."""
     if len(checkpoints) != len(steps):
         raise ValueError(f"{len(checkpoints)} checkpoints for {len(steps)} steps")
     scores = None
@@ -78,8 +80,11 @@ def select_checkpoint(
     runtimes = [segment.get("train_runtime") for segment in segments]
     if all(runtime is not None for runtime in runtimes):
         metrics["train_runtime"] = round(math.fsum(runtimes), 4)
+    tokens = [segment_tokens(segment, start) for segment, start in zip(segments, [0, *steps[:-1]], strict=True)]
+    metrics["round_train_tokens"] = None if None in tokens else sum(tokens)
     metrics["segments"] = [
-        {"step": segment_step, "train_runtime": runtime} for segment_step, runtime in zip(steps, runtimes, strict=True)
+        {"step": segment_step, "train_runtime": runtime, "train_tokens": segment_count}
+        for segment_step, runtime, segment_count in zip(steps, runtimes, tokens, strict=True)
     ]
     selection = {
         "select": select,
@@ -99,9 +104,7 @@ def select_checkpoint(
     return selection
 
 
-def round_curves(
-    runs: Sequence[Sequence], problem_paths: Sequence[str | Path]
-) -> dict[str, list[dict]]:
+def round_curves(runs: Sequence[Sequence], problem_paths: Sequence[str | Path]) -> dict[str, list[dict]]:
     """Each round's validation curve from ``runs`` ((round, checkpoint, step, benchmark), ``Plan.validation_runs``)
     and their problems.jsonl files: {round: [{step, checkpoint, benchmarks, mean}, ...] by step}."""
     grouped: dict[str, dict[tuple[int, str], dict[str, str]]] = {}
@@ -163,7 +166,9 @@ def job_log_seconds(path: str | Path) -> float | None:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    times = [datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f") for line in lines if (match := _LOG_TIME.match(line))]
+    times = [
+        datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f") for line in lines if (match := _LOG_TIME.match(line))
+    ]
     return (times[-1] - times[0]).total_seconds() if len(times) >= 2 else None
 
 

@@ -76,6 +76,10 @@ class TrainingMethod:
     # its records that rest on a verdict of correct, in words (a round's stats.json counts how many of them a fallback
     # extraction credited: judging/extraction_routes.credited_counts). None: it keeps no judged samples (GRPO)
     credited: str | None = None
+    # its trainer's count of the tokens it trained (the logged ``num_tokens``) is kept in the trainer state, so a run
+    # resumed from a checkpoint goes on counting (TRL's GRPO); otherwise it counts from the process start (TRL's SFT,
+    # DPO and KTO: a resumed run's count leaves out the steps before the resume)
+    counts_tokens_across_resumes: bool = False
 
     def tuned_model_name(self, round_number: int) -> str:
         """The name of the method's round ``round_number`` (in results paths and tables)."""
@@ -190,6 +194,7 @@ GRPO = TrainingMethod(
     samples_while_training=True,
     fills_sampling=True,
     batch_units_key="num_generations",
+    counts_tokens_across_resumes=True,
 )
 
 # in the order the schema lists them

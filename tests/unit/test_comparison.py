@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_comparison_table_shows_the_llm_judge_beside_the_symbolic_verdict():
     from snakeskills.results.comparison import format_comparison
@@ -188,3 +190,43 @@ def test_a_resumed_runs_tokens_are_blank_not_the_count_since_the_resume():
     assert trained_tokens(history) == 250
     assert trained_tokens({**history, "resumed_from_checkpoint": "checkpoint-20"}) is None
     assert trained_tokens({"log_history": [{"loss": 1.0}]}) is None
+    # TRL's GRPO keeps its count in the trainer state: a resumed run's count is the whole run's
+    assert trained_tokens({**history, "training_method": "grpo", "resumed_from_checkpoint": "checkpoint-20"}) == 250
+
+
+# a round in two segments of 2 steps (the second resumed the first's state at step 2), as each segment's trainer logs
+# them: SFT's count starts again at the resume, GRPO's goes on from the state
+SEGMENTS = {
+    "sft": [
+        {"log_history": [{"step": 1, "num_tokens": 10}, {"step": 2, "num_tokens": 30}]},
+        {
+            "resumed_from_checkpoint": "models/sft-round1-step2/trainer-state",
+            "segment": {"resumed_state": "models/sft-round1-step2/trainer-state"},
+            "log_history": [
+                *[{"step": 1, "num_tokens": 10}, {"step": 2, "num_tokens": 30}],
+                *[{"step": 3, "num_tokens": 15}, {"step": 4, "num_tokens": 40}],
+            ],
+        },
+    ],
+    "grpo": [
+        {"log_history": [{"step": 1, "num_tokens": 10}, {"step": 2, "num_tokens": 30}]},
+        {
+            "resumed_from_checkpoint": "models/grpo-round1-step2/trainer-state",
+            "segment": {"resumed_state": "models/grpo-round1-step2/trainer-state"},
+            "log_history": [
+                *[{"step": 1, "num_tokens": 10}, {"step": 2, "num_tokens": 30}],
+                *[{"step": 3, "num_tokens": 45}, {"step": 4, "num_tokens": 70}],
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("method", ["sft", "grpo"])
+def test_a_segments_tokens_are_its_own_whichever_way_its_trainer_counts(method):
+    from snakeskills.results.method_comparison import segment_tokens
+
+    first, second = ({**segment, "training_method": method} for segment in SEGMENTS[method])
+    assert [segment_tokens(first, 0), segment_tokens(second, 2)] == [30, 40]
+    killed = {**second, "resumed_from_checkpoint": "checkpoints/checkpoint-3"}  # a rerun after a kill inside it
+    assert segment_tokens(killed, 2) == (40 if method == "grpo" else None)

@@ -12,6 +12,7 @@ import pytest
 from snakeskills.errors import SnakeskillsError
 from snakeskills.io import read_json, write_json, write_jsonl
 from snakeskills.plan.validation import check_validation, evaluated_steps
+from snakeskills.results.method_comparison import trained_tokens
 from snakeskills.results.paired_bootstrap import ProblemScores, pass_at_1_interval
 from snakeskills.results.validation_curves import (
     choose_step,
@@ -111,11 +112,16 @@ def test_choice_of_the_output_step():
 
 
 def make_checkpoint(folder: Path, step: int, runtime: float) -> Path:
+    """A segment of SFT (its trainer counts tokens from its own start) that ended at ``step``, 10 steps after the
+    previous one, 100 tokens a step: the log restored from the previous segment's state, then its own."""
     folder.mkdir(parents=True)
     (folder / "adapter_model.safetensors").write_bytes(f"weights of step {step}".encode())
-    history = [{"step": s, "loss": 1.0 / s} for s in range(1, step + 1)]
+    history = [{"step": s, "loss": 1.0 / s, "num_tokens": 100 * ((s - 1) % 10 + 1)} for s in range(1, step + 1)]
+    state = f"models/sft-round1-step{step - 10}/trainer-state" if step > 10 else None
+    metrics = {"global_step": step, "train_runtime": runtime, "log_history": history, "training_method": "sft"}
     write_json(
-        folder / "training_metrics.json", {"global_step": step, "train_runtime": runtime, "log_history": history}
+        folder / "training_metrics.json",
+        {**metrics, "resumed_from_checkpoint": state, "segment": {"resumed_state": state}},
     )
     return folder
 
@@ -150,6 +156,7 @@ def test_the_round_output_is_the_chosen_checkpoint_with_the_whole_rounds_metrics
     metrics = read_json(output / "training_metrics.json")
     assert metrics["global_step"] == 30 and len(metrics["log_history"]) == 30, "the whole round's log"
     assert metrics["train_runtime"] == pytest.approx(6.0), "every segment's seconds"
+    assert trained_tokens(metrics) == 3000, "every segment's tokens"
     assert metrics["selection"]["selected_step"] == chosen
     if select == "best_validation":
         assert selection["validation_mean_pass@1"] == [25.0, 87.5, 56.25]

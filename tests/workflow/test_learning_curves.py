@@ -231,6 +231,8 @@ def test_each_method_has_its_curve_and_the_chosen_step_is_evaluated_on_test(curv
     assert not list(results.glob("metrics/*-step*/arithmetic/test"))
     assert (results / "report" / "validation_curves.png").stat().st_size > 10_000
     assert summary["grpo-round1"]["training/cost"]["validation_seconds"] > 0
+    # the tokens every segment trained, whether its trainer counts from its own start (SFT) or from the state (GRPO)
+    assert all(summary[model]["training/cost"]["train_tokens"] > 0 for model in ("sft-round1", "grpo-round1"))
     # the trainer states between segments are gone once the next segment has read them
     assert not list(results.glob("models/*/trainer-state"))
 
