@@ -24,7 +24,7 @@ rule generate:
     output:
         LAYOUT.generated,
     log:
-        LOGS / "generate/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
+        LAYOUT.chunk_log("generate"),
     threads: 1
     resources:
         gpu=lambda w: PLAN.generation_gpus(w.model, w.split, gpus_available(), local_run=local_run()),

@@ -8,7 +8,7 @@ rule judge:
     params:
         judge=rule_judge_config,
     log:
-        LOGS / "judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
+        LAYOUT.chunk_log("judge"),
     threads: judge_threads()
     conda:
         "../envs/judge.yaml"
@@ -37,7 +37,7 @@ rule llm_judge:
     output:
         LAYOUT.llm_judged_chunk,
     log:
-        LOGS / "llm_judge/{model}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{num_chunks}.log",
+        LAYOUT.chunk_log("llm_judge"),
     threads: 1
     resources:
         gpu=lambda w: PLAN.llm_judge_gpus(gpus_available(), local_run=local_run()),

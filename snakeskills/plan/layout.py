@@ -93,6 +93,10 @@ class Layout:
     # each job's log: logs/<rule>/<the job's output, wildcards and all>.log
     logs: str = "logs"
 
+    def chunk_log(self, rule: str) -> str:
+        """The log of a ``rule`` job that makes one chunk of a model's samples (generate, judge, llm_judge)."""
+        return f"{self.logs}/{rule}/{CHUNK.removesuffix('.jsonl')}.log"
+
     @classmethod
     def under(cls, results: str | Path) -> Layout:
         return cls(**{field.name: str(Path(results) / field.default) for field in fields(cls)})

@@ -164,7 +164,9 @@ class CurvesPlan:
         split, chunks = self.validation_split, self.plan.config["num_chunks"]
         rules = ["generate", "judge"] + (["llm_judge"] if self.plan.config["judge"]["llm"] is not None else [])
         return [
-            f"{self.plan.layout.logs}/{rule}/{checkpoint}/{benchmark}/{split}/rs{seed}/chunk{chunk}-of-{chunks}.log"
+            self.plan.layout.chunk_log(rule).format(
+                model=checkpoint, benchmark=benchmark, split=split, seed=seed, chunk=chunk, num_chunks=chunks
+            )
             for checkpoint in self.round_checkpoints(model)
             for benchmark in self.plan.benchmarks
             for seed in self.plan.seeds(checkpoint, split)
