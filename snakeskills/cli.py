@@ -113,10 +113,9 @@ def run_generate(arguments: argparse.Namespace) -> None:
         reuse_key = None
         if job.reuse_by_content:  # a round's checkpoint: the rows of an earlier run with the same weights
             from snakeskills.generation import reuse
-            from snakeskills.io import read_json
 
             reuse_key = reuse.content_key(
-                read_json(arguments.settings),
+                job.to_dict(),
                 weights=job.adapter_path or job.model_path,
                 base_model=job.model_path if job.adapter_path else None,
                 split=job.split,

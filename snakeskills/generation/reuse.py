@@ -50,8 +50,8 @@ def _folder_digest(folder: Path, digest) -> None:
 
 
 def content_key(settings: dict, *, weights: str, base_model: str | None, split: str, wildcards: dict) -> str:
-    """The hash of what decides a generate job's rows (the module's docstring); ``settings``: its settings file's
-    content, whose paths the bytes and identities stand in for."""
+    """The hash of what decides a generate job's rows (the module's docstring); ``settings``: its settings (the
+    job's ``GenerationJob.to_dict``), whose paths the bytes and identities stand in for."""
     digest = hashlib.sha256()
     decisive = {key: value for key, value in settings.items() if key not in ("split", "model_path", "adapter_path")}
     job = {key: wildcards[key] for key in ("seed", "chunk", "num_chunks")}
