@@ -47,22 +47,32 @@ QWEN25_15B = {
 # no longer keeps (every group then ran on both workers, a served teacher twice). `check_one_worker_per_group`
 # fails the run if a group ever runs on two workers again.
 TEST_FOLDERS = ("unit", "components", "workflow", "external", "gpu")
-SHARED_RUN_GROUPS = {"test_end_to_end": "default-run", "test_kill": "default-run", "test_methods": "default-run"}
+# the modules that continue from the embedded default's finished run (the session fixture ``finished_run``)
+SHARED_RUN_GROUPS = dict.fromkeys(
+    ("test_end_to_end", "test_kill", "test_methods", "test_learning_curves", "test_synthesis_workflow"), "default-run"
+)
+# by their seconds in a whole run (2026-12-07, 2 cores): the default run's group 1,435, test_vllm 922, test_slurm_nodes
+# 677, test_real_model_loop 419 (test_teacher also builds the test teacher, once per machine), then 244 to 61
 SLOWEST_GROUPS_FIRST = (
-    "test_slurm_nodes",
-    "test_vllm",
-    "test_teacher",
-    "test_real_model_loop",
-    "test_synthesis_workflow",
     "default-run",
+    "test_vllm",
+    "test_slurm_nodes",
+    "test_real_model_loop",
+    "test_teacher",
     "test_tool_workflow",
-    "test_orchestrator_workflow",
-    "test_cpu_kernels",
-    "test_slurm",
-    "test_real_model",
     "test_rounds",
-    "test_gpus",
+    "test_slurm",
+    "test_chat_tools_server",
+    "test_real_model",
+    "test_examples",
+    "test_chat_tool_training",
+    "test_cpu_kernels",
+    "test_orchestrator_workflow",
     "test_distributed_sft",
+    "test_reasoning",
+    "test_resume",
+    "test_code_benchmarks",
+    "test_gpus",
     "test_cancel_training",
 )
 # where each worker notes the groups it ran (set by the controlling process, inherited by its workers)
