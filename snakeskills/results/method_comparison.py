@@ -32,7 +32,8 @@ COST_COLUMNS = {
     "completions_sampled": "completions the trainer sampled while training (GRPO: optimizer_steps x "
     "grpo.training.batch_size, grpo.num_generations per problem drawn)",
     "train_tokens": "tokens the trainer fed the model, prompts and answers (sampled completions for GRPO), padding "
-    "left out (TRL's num_tokens); blank for a run resumed from a checkpoint, whose trainer counts from the resume",
+    "left out (TRL's num_tokens); blank for a run resumed from a checkpoint whose trainer counts from the resume "
+    "(SFT, DPO, KTO; GRPO keeps its count in the trainer state); a round trained in segments: all of them",
     "optimizer_steps": "optimizer steps the trainer took",
     "wall_seconds": "seconds the trainer ran (since the resume, for a run resumed from a checkpoint; a round trained "
     "in segments: all of them); the data rules and the samples they read are not in it",
