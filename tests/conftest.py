@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from without_slurm import LINK_FOLDERS, hide_slurm, link_new_programs, with_slurm
 
 from snakeskills.job import snakemake_command
 from snakeskills.settings.judging import RuleJudge
@@ -105,6 +106,8 @@ def pytest_configure(config):
         config.pluginmanager.register(GroupSchedulingPlugin(), "snakeskills-group-scheduling")
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
         os.environ[GROUP_NOTES] = tempfile.mkdtemp(prefix="snakeskills-test-groups-")
+        # as on a machine without SLURM, whatever a SLURM test installs (tests/without_slurm.py)
+        hide_slurm(os.environ, Path(tempfile.mkdtemp(prefix="snakeskills-test-path-")))
 
 
 def pytest_runtest_setup(item):
@@ -129,6 +132,7 @@ def check_one_worker_per_group(notes: Path) -> list[str]:
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput") or not os.environ.get(GROUP_NOTES):
         return
+    shutil.rmtree(os.environ.get(LINK_FOLDERS, ""), ignore_errors=True)
     notes = Path(os.environ[GROUP_NOTES])
     split = check_one_worker_per_group(notes)
     shutil.rmtree(notes, ignore_errors=True)
@@ -348,7 +352,10 @@ def start_slurm_cluster(setup: Path) -> None:
         pytest.skip("the SLURM test clusters need root: they install slurm with apt-get and start its daemons")
     if shutil.which("apt-get") is None:
         pytest.skip("the SLURM test clusters need apt-get (Debian or Ubuntu) to install slurm")
-    process = subprocess.run(["bash", str(setup)], capture_output=True, text=True, timeout=900)
+    process = subprocess.run(
+        ["bash", str(setup)], capture_output=True, text=True, timeout=900, env=with_slurm(os.environ)
+    )
+    link_new_programs()
     assert process.returncode == 0, f"{setup} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
 
 
@@ -452,6 +459,7 @@ def apt_installed(command: str, package: str, why: str) -> None:
                 environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
                 process = subprocess.run(apt, capture_output=True, text=True, timeout=600, env=environment)
                 assert process.returncode == 0, f"{' '.join(apt)} failed:\n{process.stderr[-2000:]}"
+            link_new_programs()
 
 
 @pytest.fixture(scope="session")

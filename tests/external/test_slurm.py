@@ -32,6 +32,7 @@ from conftest import (
     write_config,
 )
 from fresh_clone import fresh_clone, run_command
+from without_slurm import SLURM_TOOLS, path_without, stand_in_sbatch, with_slurm
 
 from snakeskills.job import snakemake_command
 
@@ -52,8 +53,6 @@ LOCAL = {"merge_judged", "eval", "report", "settings"}  # report: the plots; set
 GPU_RULES = {"generate", "sft"}
 # the environment a user's login shell may carry that would point sbatch elsewhere
 SLURM_VARIABLES = ("SBATCH_PARTITION", "SBATCH_ACCOUNT", "SLURM_JOB_ID", "SLURM_CONF")
-# SLURM's client programs: a machine without SLURM has none of them
-SLURM_TOOLS = ("sbatch", "srun", "salloc", "squeue", "sinfo", "sacct", "sacctmgr", "scontrol", "scancel", "sstat")
 
 
 def small_config(path: Path) -> Path:
@@ -65,38 +64,28 @@ def small_config(path: Path) -> Path:
 
 
 def clean_environment() -> dict:
-    return {key: value for key, value in os.environ.items() if key not in SLURM_VARIABLES}
+    """This shell's environment with SLURM's programs on PATH (the suite hides them: tests/without_slurm.py), without
+    the SLURM variables a login shell may carry."""
+    return {key: value for key, value in with_slurm(os.environ).items() if key not in SLURM_VARIABLES}
 
 
 def login_node(tmp_path: Path) -> dict:
-    """The environment of a SLURM login node without GPUs: ``sbatch`` on PATH (a stand-in: a plan never calls it),
-    so the plan asks GPUs for the model jobs as on a real login node, and no SLURM variables of this shell."""
-    folder = tmp_path / "login-node-bin"
-    folder.mkdir(exist_ok=True)
-    (folder / "sbatch").write_text("#!/bin/sh\nexit 1\n")
-    (folder / "sbatch").chmod(0o755)
+    """The environment of a SLURM login node without GPUs: ``sbatch`` on PATH (a stand-in: a plan never calls it; the
+    rest of SLURM hidden, as for the suite's other tests), so the plan asks GPUs for the model jobs as on a real login
+    node, and no SLURM variables of this shell."""
     environment = clean_environment()
-    environment["PATH"] = f"{folder}{os.pathsep}{environment['PATH']}"
+    environment["PATH"] = f"{stand_in_sbatch(tmp_path / 'login-node-bin')}{os.pathsep}{os.environ['PATH']}"
     return environment
 
 
 def laptop(tmp_path: Path) -> dict:
     """The environment of a machine without SLURM and without GPUs (a laptop where a user prepares a cluster's run):
-    no GPU visible and none of SLURM's programs on PATH. A folder of PATH that holds one (/usr/bin where SLURM is
-    installed, as on this test machine) is replaced by one of links to its other programs."""
+    no GPU visible and none of SLURM's programs on PATH (``without_slurm.path_without``: a folder of PATH that holds
+    one, /usr/bin where SLURM is installed as on this test machine, is replaced by one of links to its other programs).
+    """
     environment = clean_environment()
     environment["CUDA_VISIBLE_DEVICES"] = ""
-    folders = []
-    for index, folder in enumerate(environment["PATH"].split(os.pathsep)):
-        if folder and any(os.path.exists(os.path.join(folder, tool)) for tool in SLURM_TOOLS):
-            without = tmp_path / "laptop-bin" / str(index)
-            without.mkdir(parents=True)
-            for program in os.scandir(folder):
-                if program.name not in SLURM_TOOLS:
-                    (without / program.name).symlink_to(program.path)
-            folder = str(without)
-        folders.append(folder)
-    environment["PATH"] = os.pathsep.join(folders)
+    environment["PATH"] = path_without(environment["PATH"], SLURM_TOOLS, tmp_path / "laptop-bin")
     assert shutil.which("sbatch", path=environment["PATH"]) is None
     return environment
 
@@ -123,6 +112,7 @@ def sacct(job_ids: set[str]) -> dict[str, tuple[str, str]]:
         capture_output=True,
         text=True,
         check=True,
+        env=clean_environment(),
     ).stdout
     rows = [line.split("|") for line in output.splitlines() if line]
     return {job_id: (state, tres) for job_id, state, tres in rows}

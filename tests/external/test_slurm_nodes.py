@@ -25,6 +25,7 @@ import psutil
 import pytest
 import yaml
 from conftest import REPO, job_counts, start_slurm_cluster, write_config
+from without_slurm import with_slurm
 
 from snakeskills.job import snakemake_command
 
@@ -58,8 +59,11 @@ def methods_config(
 
 
 def cluster_environment() -> dict:
-    """This shell's environment, its SLURM clients pointed at the two-node cluster."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SBATCH_"))}
+    """This shell's environment with SLURM's programs on PATH (tests/without_slurm.py), its SLURM clients pointed at
+    the two-node cluster."""
+    environment = {
+        key: value for key, value in with_slurm(os.environ).items() if not key.startswith(("SLURM_", "SBATCH_"))
+    }
     return {**environment, "SLURM_CONF": CLUSTER_CONF}
 
 

@@ -8,11 +8,13 @@ settings never load a model) and datasets are the fixtures in their Hub reposito
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
-from conftest import REPO, apt_installed, example_model_folder, planned_jobs, run_snakemake
+from conftest import REPO, example_model_folder, planned_jobs, run_snakemake
 from dataset_fixtures import WRITERS
+from without_slurm import stand_in_sbatch
 
 from snakeskills.data.specs import load_preset
 from snakeskills.prompts import load_template_file, template_path
@@ -51,12 +53,14 @@ def planned_benchmarks(jobs) -> set[str]:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.stem)
-def test_example_plans_its_own_benchmarks_with_its_templates_prompt(tmp_path, example, tiny_checkpoint, request):
+def test_example_plans_its_own_benchmarks_with_its_templates_prompt(
+    tmp_path, example, tiny_checkpoint, request, monkeypatch
+):
     config = yaml.safe_load(example.read_text())
     if any({**load_preset(spec.get("preset", "gsm8k")), **spec}.get("code") for spec in config["benchmarks"].values()):
         request.getfixturevalue("bubblewrap")  # a code benchmark: the plan checks that its sandbox starts
     if (config.get("grpo") or {}).get("vllm_mode"):  # planned where jobs get GPUs: a GPU node or a SLURM submit host
-        apt_installed("sbatch", "slurm-client", "the example samples with vLLM inside its trainer, on GPU nodes only")
+        monkeypatch.setenv("PATH", f"{stand_in_sbatch(tmp_path / 'submit-host-bin')}{os.pathsep}{os.environ['PATH']}")
     local_folders_for(config, tmp_path, tiny_checkpoint)
     jobs = planned_jobs(tmp_path, example)
     assert planned_benchmarks(jobs) == set(config["benchmarks"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_snakemake, shrunk_default_config, write_config
+from without_slurm import stand_in_sbatch
 
 from snakeskills.backends import gpus
 from snakeskills.backends.gpus import Executor, claim_gpus, node_gpus, planning_for_gpu_nodes, started_executor
@@ -59,9 +60,7 @@ def test_a_clusters_executor_plans_for_gpus_wherever_the_plan_is_made(monkeypatc
     assert planning_for_gpu_nodes(Executor("slurm-jobstep", local=False))
     for executor in (Executor("local", local=True), Executor("dryrun", local=True), None):
         assert not planning_for_gpu_nodes(executor), executor
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\nexit 1\n")
-    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    stand_in_sbatch(tmp_path / "bin")
     assert planning_for_gpu_nodes(Executor("local", local=True)), "a SLURM submit host"
     (tmp_path / "bin" / "sbatch").unlink()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
