@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from without_slurm import LINK_FOLDERS, hide_slurm, link_new_programs, with_slurm
+from without_slurm import hide_slurm, link_new_programs, with_slurm
 
 from snakeskills.job import snakemake_command
 from snakeskills.settings.judging import RuleJudge
@@ -76,6 +76,8 @@ SLOWEST_GROUPS_FIRST = (
     "test_gpus",
     "test_cancel_training",
 )
+# the link folders of the PATH without SLURM the controlling process made (tests/without_slurm.py), removed at its end
+PATH_LINKS = pytest.StashKey[Path | None]()
 # where each worker notes the groups it ran (set by the controlling process, inherited by its workers)
 GROUP_NOTES = "SNAKESKILLS_TEST_GROUP_NOTES"
 
@@ -107,7 +109,7 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
         os.environ[GROUP_NOTES] = tempfile.mkdtemp(prefix="snakeskills-test-groups-")
         # as on a machine without SLURM, whatever a SLURM test installs (tests/without_slurm.py)
-        hide_slurm(os.environ, Path(tempfile.mkdtemp(prefix="snakeskills-test-path-")))
+        config.stash[PATH_LINKS] = hide_slurm(os.environ)
 
 
 def pytest_runtest_setup(item):
@@ -132,7 +134,8 @@ def check_one_worker_per_group(notes: Path) -> list[str]:
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput") or not os.environ.get(GROUP_NOTES):
         return
-    shutil.rmtree(os.environ.get(LINK_FOLDERS, ""), ignore_errors=True)
+    if session.config.stash.get(PATH_LINKS, None):
+        shutil.rmtree(session.config.stash[PATH_LINKS], ignore_errors=True)
     notes = Path(os.environ[GROUP_NOTES])
     split = check_one_worker_per_group(notes)
     shutil.rmtree(notes, ignore_errors=True)

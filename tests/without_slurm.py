@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 # SLURM's client programs: a machine without SLURM has none of them
@@ -48,13 +49,17 @@ def _may_hold(folder: str, hidden: tuple[str, ...]) -> bool:
     return any(os.path.lexists(os.path.join(folder, name)) for name in hidden)
 
 
-def hide_slurm(environment, link_folders: Path) -> None:
-    """Set ``environment``'s PATH to one without SLURM's programs, and note the whole one (``with_slurm``)."""
-    if FULL_PATH in environment:  # already hidden (a nested pytest run, or the controlling process's workers)
-        return
+def hide_slurm(environment) -> Path | None:
+    """Set ``environment``'s PATH to one without SLURM's programs, and note the whole one (``with_slurm``). Returns the
+    folder of the link folders it made, for its caller to remove at the end; None where PATH was hidden already (a
+    pytest session run by a test inherits its suite's: it must not remove them)."""
+    if FULL_PATH in environment:
+        return None
+    link_folders = Path(tempfile.mkdtemp(prefix="snakeskills-test-path-"))
     environment[FULL_PATH] = environment.get("PATH", "")
     environment[LINK_FOLDERS] = str(link_folders)
     environment["PATH"] = path_without(environment[FULL_PATH], SLURM_TOOLS, link_folders)
+    return link_folders
 
 
 def link_new_programs() -> None:
